@@ -1,0 +1,106 @@
+"""PyTorch references for the rift kernels: the semantics every faster implementation must match."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def window_attention_scores(
+    query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None = None
+) -> torch.Tensor:
+    """
+    SnapKV observation-window scores.
+
+    Args:
+        query: `[B, H_q, W, D]`, the queries of the last `W` positions of `key`.
+        key: `[B, H_kv, T, D]`, `H_q` a multiple of `H_kv`.
+        scale: softmax scale.
+        sinks: optional `[H_q]` extra logits in the softmax denominator (GPT-OSS attention sinks).
+
+    Returns:
+        `[B, H_kv, T]` fp32: softmax attention (causal inside the window) summed over the `W` queries and averaged
+        over the query heads of each KV head.
+    """
+    batch, h_q, window, _ = query.shape
+    h_kv, length = key.shape[1], key.shape[2]
+    if h_q % h_kv:
+        raise ValueError(f"query heads ({h_q}) must be a multiple of key heads ({h_kv}).")
+    if window > length:
+        raise ValueError(f"window ({window}) is longer than the keys ({length}).")
+    group = h_q // h_kv
+    q = query.float().view(batch, h_kv, group, window, -1)
+    logits = torch.einsum("bhgwd,bhtd->bhgwt", q, key.float()) * scale  # [B, H_kv, G, W, T]
+    q_pos = torch.arange(length - window, length, device=key.device)
+    k_pos = torch.arange(length, device=key.device)
+    logits = logits.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, window, 1)
+        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(logits, dim=-1)
+    return probs.sum(dim=3).mean(dim=2)
+
+
+def pool_scores(scores: torch.Tensor, kernel: int, mode: str = "avg") -> torch.Tensor:
+    """1-D pooling along positions with stride 1 and `kernel // 2` padding: `[..., T] -> [..., T]`."""
+    if kernel == 1:
+        return scores
+    flat = scores.reshape(-1, 1, scores.shape[-1])
+    if mode == "avg":
+        pooled = F.avg_pool1d(flat, kernel, stride=1, padding=kernel // 2)
+    elif mode == "max":
+        pooled = F.max_pool1d(flat, kernel, stride=1, padding=kernel // 2)
+    else:
+        raise ValueError(f"pool mode must be 'avg' or 'max', got {mode!r}")
+    return pooled.view_as(scores)
+
+
+def block_scores(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Mean token score per whole block, averaged over KV heads: `[B, H_kv, T] -> [B, T // block_size]`."""
+    n_blocks = scores.shape[-1] // block_size
+    blocks = scores[..., : n_blocks * block_size].float().unflatten(-1, (n_blocks, block_size))
+    return blocks.mean(dim=-1).mean(dim=1)
+
+
+def indexed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    index: torch.Tensor,
+    scale: float,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """
+    Attention of the `L` newest positions over a per-head selection of a KV store.
+
+    Args:
+        query: `[B, H_q, L, D]`.
+        key, value: `[B, H_kv, S, D]`, the store.
+        index: `[B, H_kv, K]` int64, ascending rows of the store each KV head attends to; its last `L` entries are
+            the queries' own positions, causal among themselves.
+        scale: softmax scale.
+        sinks: optional `[H_q]` extra logits in the softmax denominator.
+
+    Returns:
+        `[B, H_q, L, D]` in the query's dtype.
+    """
+    batch, h_q, length, dim = query.shape
+    h_kv, k_sel = key.shape[1], index.shape[-1]
+    group = h_q // h_kv
+    gather = index.unsqueeze(-1).expand(-1, -1, -1, dim)
+    k = torch.gather(key, 2, gather).float()  # [B, H_kv, K, D]
+    v = torch.gather(value, 2, gather).float()
+    q = query.float().view(batch, h_kv, group, length, dim)
+    logits = torch.einsum("bhgld,bhkd->bhglk", q, k) * scale
+    # Query i is the (K - L + i)-th selected row; it may not see the later query rows.
+    rows = torch.arange(k_sel, device=query.device)
+    own = torch.arange(k_sel - length, k_sel, device=query.device)
+    logits = logits.masked_fill(rows[None, :] > own[:, None], float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, length, 1)
+        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(logits, dim=-1)
+    out = torch.einsum("bhglk,bhkd->bhgld", probs, v)
+    return out.reshape(batch, h_q, length, dim).to(query.dtype)

@@ -1,0 +1,521 @@
+"""`RiftCache`: a `transformers.Cache` whose full-attention layers keep a fixed budget of past tokens.
+
+Layout (one layer object per model layer, as in `DynamicCache`):
+
+- full attention  -> `RiftLayer`: logical length (tokens seen) kept apart from the stored entries, as
+  `DynamicSlidingWindowLayer` does; eviction only at commit points, so a rollback never needs an evicted entry;
+- sliding / chunked attention -> transformers' own `DynamicSlidingWindowLayer` (already bounded);
+- linear attention / SSM / short conv -> `RiftStateLayer`: snapshots its states after the committed tokens of a
+  round and restores them on rollback, so a stateful drafter drafts from the state a fresh recompute gives.
+
+Commit points: in assisted generation (`activate_past_recording()` was called) every `crop` is one, since what
+stays after it has been verified by the target; in plain generation every token is committed as soon as it is
+written, and the cache settles the previous step when the next forward asks for its mask sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+
+import torch
+from transformers.cache_utils import (
+    DYNAMIC_LAYER_TYPE_MAPPING,
+    Cache,
+    CacheLayerMixin,
+    DynamicLayer,
+    LinearAttentionLayer,
+    get_layer_types_and_kwargs,
+)
+
+from .config import RiftConfig
+from .policies import Signals, block_scores, keep_mask, schedule_for, select_blocks, select_tokens, snapkv_scores
+
+# The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
+# attention module, hands it the queries that `update` never sees.
+ACTIVE_LAYER: ContextVar[RiftLayer | None] = ContextVar("rift_active_layer", default=None)
+
+_PASSTHROUGH_TYPES = ("sliding_attention", "chunked_attention", "dummy")
+_STATE_TYPES = ("linear_attention", "conv")
+
+
+class RiftLayer(DynamicLayer):
+    """
+    A full-attention cache layer compressed to `budget` past entries per KV head.
+
+    `keys`/`values` (`[B, H_kv, N, D]`) are the working set the attention reads, `positions` (`[H_kv, N]`) their
+    absolute token positions. With a store policy (`rift-dyn`, `rift-ada`) or the attention-mass measurement,
+    `store_keys`/`store_values` (`[B, H_kv, seen, D]`) keep every token, possibly on another device.
+    """
+
+    is_croppable = True
+
+    def __init__(self, cache: RiftCache, layer_idx: int):
+        super().__init__()
+        self.cache = cache
+        self.layer_idx = layer_idx
+        self.seen = 0
+        self.committed = 0  # stored entries at the last commit; rollback may not go below
+        self.positions: torch.Tensor | None = None
+        self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
+        self.prefill_scores: torch.Tensor | None = None  # [H_kv, T] scores of the prompt
+        self.store_keys = self.store_values = None
+        self.queries: torch.Tensor | None = None  # [B, H_q, <=w, D], queries of positions [seen - n, seen)
+        self.scale: float | None = None
+        self.sinks: torch.Tensor | None = None
+        self.drift_reference: torch.Tensor | None = None
+        self.record_past = False
+        self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
+
+    # ----- transformers' layer contract ------------------------------------------------------------------------------
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.positions = torch.empty(key_states.shape[1], 0, dtype=torch.long, device=self.device)
+        if self.cache.config.keeps_store:
+            store = self.cache.config.store_device or self.device
+            self.store_keys = torch.empty(*key_states.shape[:2], 0, key_states.shape[-1], dtype=self.dtype, device=store)
+            self.store_values = torch.empty_like(self.store_keys)
+
+    def activate_past_recording(self) -> None:
+        self.record_past = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append the new states; return the working set plus them (`[B, H_kv, N + q, D]`)."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        q = key_states.shape[-2]
+        new_positions = torch.arange(self.seen, self.seen + q, device=self.device)
+        self.positions = torch.cat([self.positions, new_positions.expand(self.positions.shape[0], -1)], dim=-1)
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
+        if self.store_keys is not None:
+            self.store_keys = torch.cat([self.store_keys, key_states.to(self.store_keys.device)], dim=-2)
+            self.store_values = torch.cat([self.store_values, value_states.to(self.store_values.device)], dim=-2)
+        self.seen += q
+        if not self.record_past:
+            self.committed = self.keys.shape[-2]
+        ACTIVE_LAYER.set(self)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Stored entries get the virtual positions just before the first query: all visible, new tokens causal.
+        stored = self.stored
+        return stored + query_length, self.seen - stored
+
+    def get_max_length(self) -> int:
+        return -1
+
+    @property
+    def stored(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"RiftLayer.crop takes a negative number of tokens to remove, got {tokens_to_remove}; a positive "
+                "absolute length cannot be honoured once entries have been evicted."
+            )
+        n = -tokens_to_remove
+        if n == 0 or not self.is_initialized:
+            return
+        if n > self.stored - self.committed:
+            raise ValueError(
+                f"Cannot roll back {n} tokens: only {self.stored - self.committed} were written since the last commit "
+                "and older entries may have been evicted. Call `activate_past_recording()` before generating so "
+                "that compression waits for verification."
+            )
+        self.keys = self.keys[..., :-n, :]
+        self.values = self.values[..., :-n, :]
+        self.positions = self.positions[:, :-n]
+        if self.store_keys is not None:
+            self.store_keys = self.store_keys[..., :-n, :]
+            self.store_values = self.store_values[..., :-n, :]
+        self.seen -= n
+        if self.queries is not None:
+            keep = max(0, self.queries.shape[2] - n)
+            self.queries = self.queries[:, :, :keep]
+        self.mass_log = [entry for entry in self.mass_log if entry[0] < self.seen]
+
+    def reset(self) -> None:
+        super().reset()
+        self.__init__(self.cache, self.layer_idx)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("RiftCache supports batch size 1 only.")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("RiftCache supports batch size 1 only.")
+
+    # ----- fed by the attention backend --------------------------------------------------------------------------------
+    def observe(self, query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None) -> None:
+        """
+        Receive the queries of the forward that just updated this layer.
+
+        Args:
+            query: `[B, H_q, q, D]`, the new positions `[seen - q, seen)`.
+            key: `[B, H_kv, N, D]`, what `update` returned (working set plus the new keys).
+        """
+        config = self.cache.config
+        self.scale, self.sinks = scale, sinks
+        q = query.shape[2]
+        # Prefill scores: only while nothing was evicted (the keys are then every position) and the chunk holds the
+        # whole observation window, so a 2-token re-feed never replaces the prompt's scores.
+        if config.is_scored and self.selected is None and self.stored == self.seen and q >= min(config.window, self.seen):
+            window = min(config.window, q)
+            scores = snapkv_scores(query[:, :, -window:], key, scale, config.pool, config.pool_kernel, sinks)
+            self.prefill_scores = scores[0]
+        if self.cache.records_queries:
+            # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
+            self.queries = query.detach() if self.queries is None else torch.cat([self.queries, query.detach()], dim=2)
+        if config.track_attention_mass and self.store_keys is not None and self.stored < self.seen:
+            self._log_attention_mass(query)
+
+    def _log_attention_mass(self, query: torch.Tensor) -> None:
+        """Share of the full-cache attention mass that falls on the retained positions, per new query position."""
+        store = self.store_keys.to(query.device)
+        first = self.seen - query.shape[2]
+        h_kv = store.shape[1]
+        group = query.shape[1] // h_kv
+        for i in range(query.shape[2]):
+            pos = first + i
+            qi = query[:, :, i].float().view(query.shape[0], h_kv, group, -1)
+            logits = torch.einsum("bhgd,bhtd->bhgt", qi, store[:, :, : pos + 1].float()) * self.scale
+            probs = torch.softmax(logits, dim=-1)  # [B, H_kv, G, pos + 1]
+            kept = torch.zeros(h_kv, pos + 1, dtype=torch.bool, device=query.device)
+            visible = self.positions.to(query.device)
+            kept.scatter_(1, visible.clamp(max=pos), visible <= pos)
+            share = (probs * kept[None, :, None, :]).sum(-1).mean().item()
+            self.mass_log.append((pos, share))
+
+    def drift_summary(self) -> torch.Tensor | None:
+        """Mean recent query over heads and positions, L2-normalised: `[D]`."""
+        if self.queries is None or self.queries.shape[2] == 0:
+            return None
+        mean = self.queries[:, :, -self.cache.config.window :].float().mean(dim=(0, 1, 2))
+        return mean / mean.norm().clamp_min(1e-12)
+
+    # ----- compression -------------------------------------------------------------------------------------------------
+    def commit(self, rescore: bool) -> None:
+        """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so."""
+        cache = self.cache
+        if self.queries is not None:
+            self.queries = self.queries[:, :, -cache.config.window :]
+        if self.is_initialized and self.seen > cache.budget:
+            if self.selected is None and cache.n_select > 0:
+                # Store policies make their first selection like a rescoring (the last w queries over the store),
+                # which right after prefill is exactly SnapKV on the prompt; the others use the prompt's scores.
+                if self.store_keys is not None and cache.config.policy in ("rift-dyn", "rift-ada"):
+                    rescore = True
+                else:
+                    self._select_from_prefill()
+            if rescore:
+                self._rescore()
+            else:
+                self._evict()
+        self.committed = self.stored
+
+    def _recent(self) -> int:
+        cache = self.cache
+        if cache.config.snapkv_grow:
+            return max(cache.recent, self.seen - cache.prompt_length + cache.recent)
+        return cache.recent
+
+    def _select_from_prefill(self) -> None:
+        cache = self.cache
+        if self.prefill_scores is None:
+            raise RuntimeError(
+                f"Policy {cache.config.policy!r} scores the prompt with its queries, but layer {self.layer_idx} never "
+                "saw them: load the model with attn_implementation='rift' (or call "
+                "model.set_attn_implementation('rift')) after `import rift_hf`."
+            )
+        hi = min(self.seen - self._recent(), self.prefill_scores.shape[-1])
+        self.selected = self._select(self.prefill_scores[None], hi)
+
+    def _select(self, scores: torch.Tensor, hi: int) -> torch.Tensor:
+        """`scores`: `[B, H_kv, T]` -> selected positions `[H_kv, S]` among `[n_sink, hi)`."""
+        cache = self.cache
+        lo = cache.config.n_sink
+        if cache.config.policy == "rift-stat-block":
+            return select_blocks(block_scores(scores, cache.config.block_size)[0], cache.config.block_size, lo, hi,
+                                 cache.n_select, scores.shape[1])
+        return select_tokens(scores[0], lo, hi, cache.n_select)
+
+    def _evict(self) -> None:
+        keep = keep_mask(self.positions, self.seen, self.cache.config.n_sink, self._recent(), self.selected)
+        if bool(keep.all()):
+            return
+        counts = keep.sum(-1)
+        if bool((counts != counts[0]).any()):
+            raise RuntimeError(f"Internal error: heads keep different counts {counts.tolist()} in layer {self.layer_idx}.")
+        index = keep.nonzero()[:, 1].view(keep.shape[0], -1)  # [H_kv, K], ascending per head
+        self._set_working_set(self.keys, self.values, index, torch.gather(self.positions, 1, index))
+
+    def _set_working_set(self, keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor, positions) -> None:
+        """Keep rows `index` (`[H_kv, K]`) of `keys`/`values` (`[B, H_kv, T, D]`) as the working set."""
+        index = index.to(keys.device)
+        gather = index[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
+        self.keys = torch.gather(keys, 2, gather).to(self.device)
+        self.values = torch.gather(values, 2, gather).to(self.device)
+        self.positions = positions.to(self.device)
+
+    def _rescore(self) -> None:
+        """Re-select from the whole store with the last `w` queries, and rebuild the working set from it."""
+        config = self.cache.config
+        if self.queries is None or self.queries.shape[2] == 0:
+            raise RuntimeError(
+                f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
+                "attn_implementation='rift' after `import rift_hf`."
+            )
+        keys = self.store_keys[:, :, : self.seen].to(self.queries.device)
+        scores = snapkv_scores(self.queries, keys, self.scale, config.pool, config.pool_kernel, self.sinks)
+        recent = self._recent()
+        self.selected = self._select(scores, self.seen - recent)
+        heads, device = self.selected.shape[0], self.selected.device
+        # Sinks, selection and recent window are disjoint: seen > budget >= n_sink + recent.
+        sinks = torch.arange(config.n_sink, device=device).expand(heads, -1)
+        tail = torch.arange(self.seen - recent, self.seen, device=device).expand(heads, -1)
+        positions = torch.cat([sinks, self.selected, tail], dim=-1).sort(dim=-1).values
+        self._set_working_set(self.store_keys, self.store_values, positions, positions)
+        self.drift_reference = self.drift_summary()
+
+
+class RiftStateLayer(LinearAttentionLayer):
+    """
+    A linear-attention / SSM / short-conv layer whose states can be rolled back.
+
+    In assisted generation the first forward of each drafting round feeds only verified tokens; the states right
+    after it are snapshotted. A rollback restores that snapshot, and the cache reports the snapshot's length so
+    that the drafter re-feeds the accepted tokens: the state then equals a fresh recompute over them.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.snapshot: dict[str, dict[int, torch.Tensor]] | None = None
+        self._take_snapshot = dict.fromkeys(range(self.number_of_states), False)
+        self._take_recurrent = dict.fromkeys(range(self.number_of_states), False)
+
+    def arm_snapshot(self) -> None:
+        self.snapshot = {"conv": {}, "recurrent": {}}
+        for i in range(self.number_of_states):
+            self._take_snapshot[i] = True
+            self._take_recurrent[i] = True
+
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        full = super().update_conv_state(conv_states, state_idx, **kwargs)
+        if self._take_snapshot[state_idx] and self.snapshot is not None:
+            width = self.conv_kernel_size[state_idx]
+            kept = full[..., -width:]
+            if kept.shape[-1] < width:
+                kept = torch.nn.functional.pad(kept, (width - kept.shape[-1], 0))
+            self.snapshot["conv"][state_idx] = kept.clone()
+            self._take_snapshot[state_idx] = False
+        return full
+
+    def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        out = super().update_recurrent_state(recurrent_states, state_idx, **kwargs)
+        if self._take_recurrent[state_idx] and self.snapshot is not None:
+            self.snapshot["recurrent"][state_idx] = out.detach().clone()
+            self._take_recurrent[state_idx] = False
+        return out
+
+    def restore(self) -> None:
+        """Put the states back as they were right after the last round's verified tokens."""
+        for i, conv in self.snapshot["conv"].items():
+            self.conv_states[i] = conv.clone()
+        for i, state in self.snapshot["recurrent"].items():
+            self.recurrent_states[i].copy_(state)
+
+    @property
+    def is_croppable(self) -> bool:
+        return True
+
+    def crop(self, tokens_to_remove: int) -> None:
+        # Rollback is driven by `RiftCache.crop` through `restore`; here only trim recorded conv history.
+        for i in range(self.number_of_states):
+            if self.is_conv_states_initialized[i]:
+                self.conv_states[i] = self.conv_states[i][..., -self.conv_kernel_size[i] :]
+
+
+class RiftCache(Cache):
+    """
+    A cache whose full-attention layers keep a fixed budget of past tokens, chosen by a RIFT policy.
+
+    Args:
+        config (`PreTrainedConfig`): the model's config (its `layer_types` decide each layer's object).
+        rift_config (`RiftConfig`, `dict` or `str`, *optional*): the policy; a dict of `RiftConfig` fields or a
+            preset name also work.
+        **overrides: `RiftConfig` fields that replace those of `rift_config`.
+
+    Example:
+
+    ```python
+    >>> import rift_hf
+    >>> cache = rift_hf.RiftCache(model.config, {"policy": "swa", "budget": 256})
+    >>> out = model.generate(ids, past_key_values=cache, max_new_tokens=64)
+    >>> cache.get_seq_length(), cache.stored_tokens()
+    ```
+    """
+
+    def __init__(self, config, rift_config: RiftConfig | dict | str | None = None, **overrides):
+        rift_config = RiftConfig.coerce(rift_config)
+        if overrides:
+            rift_config = RiftConfig.from_dict({**rift_config.to_dict(), **overrides})
+        self.config = rift_config
+        decoder_config = config.get_text_config(decoder=True)
+        layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder_config)
+        layers = []
+        for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs)):
+            if layer_type == "full_attention":
+                layers.append(RiftLayer(self, idx))
+            elif layer_type in _STATE_TYPES:
+                layers.append(RiftStateLayer(**kwargs))
+            elif layer_type in _PASSTHROUGH_TYPES:
+                layers.append(DYNAMIC_LAYER_TYPE_MAPPING[layer_type](**kwargs))
+            else:
+                raise ValueError(
+                    f"RiftCache does not support layer type {layer_type!r} (layer {idx} of {config.model_type}); "
+                    f"supported: full_attention, {', '.join(_PASSTHROUGH_TYPES + _STATE_TYPES)}."
+                )
+        super().__init__(layers=layers)
+        self.rift_layers = [layer for layer in self.layers if isinstance(layer, RiftLayer)]
+        self.state_layers = [layer for layer in self.layers if isinstance(layer, RiftStateLayer)]
+        self._first_attention = next((i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)),
+                                     None)
+        self.schedule = schedule_for(rift_config)
+        self.signals = Signals(alpha=rift_config.al_alpha, entropy_window=rift_config.check_interval)
+        self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
+        self.budget: float = float("inf")
+        self.recent = 0
+        self.n_select = 0
+        self.prompt_length: int | None = None
+        self.record_past = False
+        self.events: list[dict] = []  # one per rescoring: position, seconds, reason, signals
+        self._last_select = 0
+        self._last_check = 0
+        self._snapshot_length: int | None = None
+        self._awaiting_verified = False
+        self._verified_forward_done = False
+
+    # ----- lengths ---------------------------------------------------------------------------------------------------
+    def stored_tokens(self) -> list[int]:
+        """Entries stored per compressed layer (per KV head), in-flight draft tokens included."""
+        return [layer.stored for layer in self.rift_layers]
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        # A forward is starting. If everything stored is verified (plain generation, or the previous forward fed only
+        # verified tokens: the prompt, or a round's re-fed tokens), settle it now, before the mask is sized, so that
+        # every compressed layer reports the same size to it and drafting starts from the budget.
+        if not self.record_past or self._verified_forward_done:
+            self._verified_forward_done = False
+            self._commit()
+        return super().get_mask_sizes(query_length, layer_idx)
+
+    # ----- writes ----------------------------------------------------------------------------------------------------
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        if key_states.shape[0] != 1:
+            raise ValueError(
+                f"RiftCache supports batch size 1, got {key_states.shape[0]}: call generate once per prompt."
+            )
+        if isinstance(layer, RiftLayer) and self.prompt_length is None:
+            self._resolve_budget(layer.seen + key_states.shape[-2])
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        if self._awaiting_verified and layer_idx == self._first_attention:
+            # The first forward after a rollback (or the prefill) feeds only verified tokens.
+            self._snapshot_length = layer.get_seq_length()
+            self._awaiting_verified = False
+            self._verified_forward_done = True
+        return out
+
+    def _resolve_budget(self, prompt_length: int) -> None:
+        self.prompt_length = prompt_length
+        budget = self.config.resolve_budget(prompt_length)
+        self.budget = budget
+        if budget != float("inf"):
+            self.recent = self.config.recent_tokens(budget)
+            self.n_select = budget - self.recent - self.config.n_sink
+        self._last_select = self._last_check = prompt_length
+
+    def activate_past_recording(self) -> None:
+        super().activate_past_recording()
+        self.record_past = True
+        self._await_verified_forward()
+
+    def _await_verified_forward(self) -> None:
+        self._awaiting_verified = True
+        for layer in self.state_layers:
+            layer.arm_snapshot()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """
+        Roll back `-tokens_to_remove` tokens (assisted generation), then commit: what remains has been verified.
+
+        The cache never goes below the end of the last verified forward (transformers re-feeds one verified token
+        when no draft was accepted; keeping it is equivalent, and its entry may already be compressed). With
+        linear-attention / SSM layers the states are restored to the snapshot taken at that point and the attention
+        layers cropped to it, so the drafter re-feeds the accepted tokens and its state equals a fresh recompute.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(f"RiftCache.crop takes a negative number of tokens to remove, got {tokens_to_remove}.")
+        if self._snapshot_length is not None:
+            seen = self.get_seq_length()
+            target = seen + tokens_to_remove
+            if target < self._snapshot_length - 1:
+                raise ValueError(
+                    f"Cannot roll back to {target} tokens: the last verified forward ended at {self._snapshot_length} "
+                    "and earlier entries may be compressed or folded into recurrent states."
+                )
+            if self.state_layers:
+                target = self._snapshot_length
+                for layer in self.state_layers:
+                    layer.restore()
+            tokens_to_remove = -(seen - max(target, self._snapshot_length))
+        super().crop(tokens_to_remove)
+        self._commit()
+        if self.record_past:
+            self._await_verified_forward()
+
+    # ----- commit and schedule ---------------------------------------------------------------------------------------
+    def _commit(self) -> None:
+        if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
+            return
+        seen = self.rift_layers[0].seen
+        rescore, reason, signals = False, "", None
+        started = self.rift_layers[0].selected is not None
+        if started and seen > self.budget and self.schedule.due(seen - self._last_select, seen - self._last_check):
+            self._last_check = seen
+            if self.schedule.needs_drift:
+                self.signals.drift = self._drift()
+            signals = self.signals.snapshot()
+            rescore, reason = self.schedule.decide(seen - self._last_select, signals)
+        tick = time.perf_counter()
+        for layer in self.rift_layers:
+            layer.commit(rescore)
+        if rescore:
+            device = self.rift_layers[0].device
+            if device is not None and torch.device(device).type == "cuda":
+                torch.cuda.synchronize(device)
+            self.events.append(
+                {"position": seen, "seconds": time.perf_counter() - tick, "reason": reason, "signals": signals}
+            )
+        if rescore or (not started and self.rift_layers[0].selected is not None):
+            self._last_select = self._last_check = seen
+
+    def _drift(self) -> float | None:
+        values = []
+        for layer in self.rift_layers:
+            now = layer.drift_summary()
+            if now is not None and layer.drift_reference is not None:
+                values.append(1.0 - float(now @ layer.drift_reference))
+        return sum(values) / len(values) if values else None
+
+    def attention_mass_log(self) -> list[tuple[int, float]]:
+        """`(position, share)` averaged over compressed layers (measurement mode, `track_attention_mass=True`)."""
+        per_position: dict[int, list[float]] = {}
+        for layer in self.rift_layers:
+            for pos, share in layer.mass_log:
+                per_position.setdefault(pos, []).append(share)
+        return sorted((pos, sum(v) / len(v)) for pos, v in per_position.items())

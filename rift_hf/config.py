@@ -1,0 +1,212 @@
+"""`RiftConfig`: which positions a compressed drafter cache keeps, validated at construction.
+
+The fields and their defaults follow `shared/notes/rift-spec.md`; every choice the paper leaves open is a
+field here, so a run can be reproduced from its config alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
+# Policies whose selection comes from a scorer, so they need the queries the "rift" attention backend sees.
+SCORED_POLICIES = ("snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
+# Policies that keep the full draft KV store and re-select from it while decoding.
+STORE_POLICIES = ("rift-dyn", "rift-ada")
+
+_DEFAULT_RHO = {"swa": 1.0, "rift-stat": 0.5, "rift-stat-block": 0.5, "rift-dyn": 0.5, "rift-ada": 0.5}
+
+
+@dataclass
+class RiftConfig:
+    """
+    What a RIFT-compressed cache keeps in each full-attention layer, per KV head.
+
+    Every compressed layer keeps `n_sink` first tokens, the `floor(rho * budget)` most recent tokens and
+    `budget - recent - n_sink` older tokens selected by the SnapKV scorer; the schedule (once at prefill, every
+    `delta` tokens, or adaptively) decides when the selection is refreshed.
+
+    Args:
+        policy (`str`, defaults to `"rift-stat"`):
+            One of `full`, `swa`, `snapkv`, `rift-stat`, `rift-stat-block`, `rift-dyn`, `rift-ada`.
+        budget (`int` or `float`, defaults to `0.25`):
+            Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
+            as a fraction of the prompt length (0.25 = "4x compression").
+        rho (`float`, *optional*):
+            Share of the budget given to the most recent tokens. Defaults per policy: 1.0 for `swa`, `window/budget`
+            for `snapkv`, 0.5 for the RIFT policies.
+        n_sink (`int`, defaults to 0): first tokens always kept (attention sinks).
+        window (`int`, defaults to 64): observation window `w`, the number of latest queries the scorer uses.
+        pool (`str`, defaults to `"avg"`) and pool_kernel (`int`, defaults to 5): 1-D pooling of the scores.
+        block_size (`int`, defaults to 16): block length of `rift-stat-block`.
+        delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
+        store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
+            defaults to the model's device.
+        check_interval, a_min, a_max, al_alpha, al_threshold, entropy_threshold, drift_threshold:
+            the `rift-ada` schedule; a threshold of `None` disables that signal.
+        snapkv_grow (`bool`, defaults to `False`): original SnapKV, which appends every generated token instead of
+            rolling a window (the budget then only bounds the prompt part).
+        track_attention_mass (`bool`, defaults to `False`): keep a shadow full store and record the share of the
+            full-cache attention mass that falls on the retained positions (a measurement mode, slower).
+
+    Example:
+
+    ```python
+    >>> from rift_hf import RiftConfig
+    >>> RiftConfig(policy="rift-dyn", budget=0.25, delta=128).recent_tokens(1024)
+    128
+    ```
+    """
+
+    policy: str = "rift-stat"
+    budget: int | float = 0.25
+    rho: float | None = None
+    n_sink: int = 0
+    window: int = 64
+    pool: str = "avg"
+    pool_kernel: int = 5
+    block_size: int = 16
+    delta: int = 128
+    store_device: str | None = None
+    check_interval: int = 8
+    a_min: int = 32
+    a_max: int = 512
+    al_alpha: float = 0.3
+    al_threshold: float | None = None
+    entropy_threshold: float | None = None
+    drift_threshold: float | None = None
+    snapkv_grow: bool = False
+    track_attention_mass: bool = False
+
+    def __post_init__(self):
+        if self.policy not in POLICIES:
+            raise ValueError(f"Unknown RIFT policy {self.policy!r}; choose one of {', '.join(POLICIES)}.")
+        if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
+            raise TypeError(
+                f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."
+            )
+        if isinstance(self.budget, float):
+            if self.budget.is_integer() and self.budget >= 1:
+                self.budget = int(self.budget)
+            elif not 0.0 < self.budget < 1.0:
+                raise ValueError(
+                    f"A fractional `budget` must lie in (0, 1), got {self.budget}; pass an int for a token count."
+                )
+        if isinstance(self.budget, int) and self.budget <= 0:
+            raise ValueError(f"`budget` must be a positive number of tokens, got {self.budget}.")
+        if self.rho is not None and not 0.0 <= self.rho <= 1.0:
+            raise ValueError(f"`rho` must lie in [0, 1], got {self.rho}.")
+        for name in ("n_sink",):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        for name in ("window", "pool_kernel", "block_size", "delta", "check_interval", "a_min", "a_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+        if self.pool not in ("avg", "max"):
+            raise ValueError(f"`pool` must be 'avg' or 'max', got {self.pool!r}.")
+        if self.pool_kernel % 2 == 0:
+            raise ValueError(f"`pool_kernel` must be odd so pooling keeps positions aligned, got {self.pool_kernel}.")
+        if self.a_min > self.a_max:
+            raise ValueError(f"`a_min` ({self.a_min}) must not exceed `a_max` ({self.a_max}).")
+        if not 0.0 < self.al_alpha <= 1.0:
+            raise ValueError(f"`al_alpha` must lie in (0, 1], got {self.al_alpha}.")
+        if isinstance(self.budget, int):
+            self.check_budget(self.budget)
+
+    # ----- derived quantities -------------------------------------------------------------------------------------
+    @property
+    def is_scored(self) -> bool:
+        return self.policy in SCORED_POLICIES
+
+    @property
+    def keeps_store(self) -> bool:
+        """Whether the full draft KV is kept (rescoring policies, or the staleness measurement)."""
+        return self.policy in STORE_POLICIES or self.track_attention_mass
+
+    def check_budget(self, budget: int) -> None:
+        """Raise if `budget` tokens cannot hold the sinks and the observation window."""
+        if self.policy == "full":
+            return
+        needed = self.n_sink + (self.window if self.is_scored else 0)
+        if needed > budget:
+            raise ValueError(
+                f"The budget ({budget} tokens) is smaller than n_sink + window = {needed} for policy "
+                f"{self.policy!r}; raise `budget` or lower `window`/`n_sink`."
+            )
+        if self.policy == "rift-stat-block" and budget - self.n_sink < self.block_size:
+            raise ValueError(
+                f"rift-stat-block needs budget - n_sink >= block_size ({self.block_size}), got budget={budget}; "
+                "raise `budget` or lower `block_size`."
+            )
+
+    def resolve_budget(self, prompt_length: int) -> int:
+        """The budget in tokens for a prompt of `prompt_length` tokens (validated)."""
+        if self.policy == "full":
+            return math.inf
+        budget = self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))
+        self.check_budget(budget)
+        if self.policy == "rift-stat-block":
+            budget = self.n_sink + (budget - self.n_sink) // self.block_size * self.block_size
+        return budget
+
+    def effective_rho(self, budget: int) -> float:
+        if self.rho is not None:
+            return self.rho
+        if self.policy == "snapkv":
+            return min(1.0, self.window / budget)
+        return _DEFAULT_RHO.get(self.policy, 0.5)
+
+    def recent_tokens(self, budget: int) -> int:
+        """R: the size of the rolling window of most recent tokens for a resolved `budget`."""
+        if self.policy == "full":
+            return 0
+        recent = min(math.floor(self.effective_rho(budget) * budget), budget - self.n_sink)
+        if self.policy == "rift-stat-block":
+            # The selected part must be whole blocks, so the window takes the remainder.
+            selected = (budget - self.n_sink - recent) // self.block_size * self.block_size
+            recent = budget - self.n_sink - selected
+        return recent
+
+    # ----- serialisation ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RiftConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"Unknown RiftConfig field(s) {unknown}; valid fields: {sorted(names)}.")
+        return cls(**data)
+
+    @classmethod
+    def coerce(cls, value: RiftConfig | dict[str, Any] | str | None) -> RiftConfig:
+        """Accept a `RiftConfig`, a dict of its fields, a preset name, or `None` (the default preset)."""
+        if value is None:
+            return cls()
+        if isinstance(value, RiftConfig):
+            return value
+        if isinstance(value, str):
+            return preset(value)
+        if isinstance(value, dict):
+            return cls.from_dict(dict(value))
+        raise TypeError(f"`cache_config` must be a RiftConfig, a dict or a preset name, got {type(value).__name__}.")
+
+
+def preset(name: str, **overrides: Any) -> RiftConfig:
+    """
+    A named preset: one per policy of the spec table, with the spec's defaults.
+
+    >>> preset("rift-dyn", budget=2048).delta
+    128
+    """
+    if name not in POLICIES:
+        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(POLICIES)}.")
+    return RiftConfig(policy=name, **overrides)
+
+
+PRESETS = {name: preset(name).to_dict() for name in POLICIES}

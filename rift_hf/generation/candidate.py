@@ -1,0 +1,85 @@
+"""`RiftCandidateGenerator`: transformers' drafter loop with a RIFT-compressed drafter cache and statistics."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+from ..cache import RiftCache
+from ..config import RiftConfig
+from .stats import RiftStats
+
+
+def use_rift_attention(model, config: RiftConfig) -> None:
+    """Switch `model` to the "rift" attention backend when the policy needs the queries it sees."""
+    if not (config.is_scored or config.track_attention_mass):
+        return
+    if model.config._attn_implementation == "rift":
+        return
+    try:
+        model.set_attn_implementation("rift")
+    except (ValueError, NotImplementedError) as err:
+        raise ValueError(
+            f"Policy {config.policy!r} needs the 'rift' attention backend, which {type(model).__name__} cannot use "
+            f"({err}); choose 'swa' or 'full', or load the model with attn_implementation='rift'."
+        ) from err
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class RiftCandidateGenerator(AssistedCandidateGenerator):
+    """
+    Drafts with `assistant_model` over a `RiftCache`; the target's cache is untouched, so output is lossless.
+
+    Args:
+        rift_config (`RiftConfig`): the drafter cache policy. Other arguments as `AssistedCandidateGenerator`.
+
+    After `generate`, `rift_hf.last_stats(target)` returns the `RiftStats` this generator recorded.
+    """
+
+    def __init__(self, input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor=None,
+                 logits_processor=None, rift_config: RiftConfig | None = None):
+        super().__init__(input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor, logits_processor)
+        self.rift_config = RiftConfig.coerce(rift_config)
+        # The drafter gets its cache from us, not from `generate` (which would also refuse a cache plus a name).
+        self.generation_config.cache_implementation = None
+        self.generation_config.cache_config = None
+        use_rift_attention(assistant_model, self.rift_config)
+        self.cache = RiftCache(assistant_model.config, self.rift_config)
+        self.cache.activate_past_recording()
+        self.assistant_kwargs["past_key_values"] = self.cache
+        self.stats = RiftStats(policy=self.rift_config.policy)
+        self._pending: dict | None = None
+
+    def _generate_candidates(self, generation_args: dict):
+        device = self.assistant_model.device
+        _sync(device)
+        tick = time.perf_counter()
+        candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+        _sync(device)
+        drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
+        logits = candidate_logits[0].float()
+        entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # [drafted]
+        self._pending = {"drafted": drafted, "draft_seconds": time.perf_counter() - tick, "entropy": entropy.tolist()}
+        return candidate_ids, candidate_logits
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        super().update_candidate_strategy(input_ids, scores, num_matches)
+        # A round without drafting (the length limit left no room) still costs one target step.
+        pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": []}
+        accepted = int(num_matches)
+        entropies = pending.pop("entropy")
+        # The drafter's distributions at committed positions: accepted drafts and the first rejected one.
+        self.cache.signals.observe_round(accepted, entropies[: accepted + 1])
+        self.stats.rounds.append({**pending, "accepted": accepted, "signals": self.cache.signals.snapshot()})
+        self.stats.rescorings = self.cache.events
+        self.stats.prompt_tokens = self.cache.prompt_length
+        budget = self.cache.budget
+        self.stats.budget = None if math.isinf(budget) else int(budget)
+        self._pending = None

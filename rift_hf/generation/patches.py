@@ -1,0 +1,120 @@
+"""Every patch of transformers that rift_hf applies, in one place (written against transformers 5.23).
+
+transformers has no registry for `cache_implementation` names nor a `candidate_generator=` argument, so
+`import rift_hf` wraps two `GenerationMixin` methods. Each wrapper handles `cache_implementation="rift"` and
+delegates everything else, unchanged, to the original.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from transformers import DynamicCache, StaticCache
+from transformers.generation import configuration_utils
+from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.utils import GenerationMixin
+
+from ..cache import RiftCache
+from ..config import RiftConfig
+from .candidate import RiftCandidateGenerator, use_rift_attention
+from .stats import RiftStats
+
+NAME = "rift"
+_ORIGINALS: dict[str, object] = {}
+_LAST_STATS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_RIFT_KEYS = {"policy", "budget", "rho", "delta"}
+
+
+def last_stats(model) -> RiftStats | None:
+    """
+    Statistics of the last `generate(..., cache_implementation="rift")` call on `model` (the target).
+
+    >>> out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config={"budget": 512})
+    >>> rift_hf.last_stats(target).acceptance_length
+    """
+    return _LAST_STATS.get(model)
+
+
+def _looks_like_rift(cache_config) -> bool:
+    return isinstance(cache_config, RiftConfig) or (isinstance(cache_config, dict) and bool(_RIFT_KEYS & set(cache_config)))
+
+
+def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
+    original = _ORIGINALS["_prepare_cache_for_generation"]
+    if generation_config.cache_implementation != NAME:
+        if _looks_like_rift(generation_config.cache_config):
+            raise ValueError(
+                "`cache_config` holds a RIFT config but `cache_implementation` is not 'rift': pass "
+                "cache_implementation='rift' to generate (or set it on the GenerationConfig)."
+            )
+        return original(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length)
+    rift_config = RiftConfig.coerce(generation_config.cache_config)
+    user_cache = model_kwargs.get("past_key_values")
+    if isinstance(user_cache, StaticCache):
+        raise ValueError("A StaticCache cannot be combined with cache_implementation='rift'; drop `past_key_values`.")
+    if generation_config.is_assistant and isinstance(user_cache, RiftCache):
+        return None  # the drafter of a RiftCandidateGenerator: its cache is already in place
+    if batch_size > 1:
+        raise ValueError(
+            f"cache_implementation='rift' supports batch size 1, got {batch_size}: call generate once per prompt."
+        )
+    if user_cache is not None:
+        raise ValueError(
+            "Passing both cache_implementation='rift' and `past_key_values` is unsupported: pass one of the two "
+            "(a RiftCache instance can be passed as `past_key_values` alone)."
+        )
+    if generation_mode == GenerationMode.ASSISTED_GENERATION:
+        # The target verifies with a full cache: only the drafter is compressed (RiftCandidateGenerator).
+        model_kwargs["past_key_values"] = DynamicCache(config=self.config.get_text_config(decoder=True))
+        return None
+    use_rift_attention(self, rift_config)
+    cache = RiftCache(self.config, rift_config)
+    model_kwargs["past_key_values"] = cache
+    stats = RiftStats(policy=rift_config.policy, rescorings=cache.events)
+    _LAST_STATS[self] = stats
+    return None
+
+
+def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
+                             assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
+    original = _ORIGINALS["_get_candidate_generator"]
+    special = (generation_config.assistant_early_exit, generation_config.prompt_lookup_num_tokens)
+    if generation_config.cache_implementation != NAME or assistant_model is None or any(s is not None for s in special):
+        return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
+                        assistant_model, target_tokenizer, assistant_tokenizer)
+    if target_tokenizer is not None and assistant_tokenizer is not None:
+        raise ValueError(
+            "cache_implementation='rift' does not support drafters with another tokenizer yet; use a drafter that "
+            "shares the target's vocabulary, or drop cache_implementation='rift'."
+        )
+    target_vocab = self.config.get_text_config().vocab_size
+    draft_vocab = assistant_model.config.get_text_config().vocab_size
+    if target_vocab != draft_vocab:
+        raise ValueError(
+            f"The drafter's vocabulary ({draft_vocab}) differs from the target's ({target_vocab}); pass "
+            "`tokenizer=` and `assistant_tokenizer=` to generate for a cross-tokenizer drafter, or pick a drafter of "
+            "the same family."
+        )
+    generator = RiftCandidateGenerator(
+        input_ids=input_ids,
+        assistant_model=assistant_model,
+        generation_config=generation_config,
+        model_kwargs=model_kwargs,
+        inputs_tensor=inputs_tensor,
+        logits_processor=logits_processor,
+        rift_config=RiftConfig.coerce(generation_config.cache_config),
+    )
+    _LAST_STATS[self] = generator.stats
+    return generator
+
+
+def apply() -> None:
+    """Install the patches (idempotent)."""
+    if _ORIGINALS:
+        return
+    if NAME not in configuration_utils.ALL_CACHE_IMPLEMENTATIONS:
+        configuration_utils.ALL_CACHE_IMPLEMENTATIONS = configuration_utils.ALL_CACHE_IMPLEMENTATIONS + (NAME,)
+    for name, wrapper in (("_prepare_cache_for_generation", _prepare_cache_for_generation),
+                          ("_get_candidate_generator", _get_candidate_generator)):
+        _ORIGINALS[name] = getattr(GenerationMixin, name)
+        setattr(GenerationMixin, name, wrapper)

@@ -1,0 +1,61 @@
+"""Per-request statistics of RIFT drafting: rounds, acceptance length, rescorings, ada signals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RiftStats:
+    """
+    What happened in one `generate` call.
+
+    Attributes:
+        policy: the drafter cache policy.
+        rounds: one dict per target verification round: `drafted`, `accepted`, `draft_seconds`, `signals`.
+        rescorings: one dict per rescoring: `position`, `seconds`, `reason`, `signals`.
+        prompt_tokens, budget: the resolved budget in tokens (`None` for `full`).
+    """
+
+    policy: str
+    rounds: list[dict] = field(default_factory=list)
+    rescorings: list[dict] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    budget: int | None = None
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens emitted per verification round, bonus token included (SPEED-Bench AL)."""
+        if not self.rounds:
+            return float("nan")
+        return sum(r["accepted"] + 1 for r in self.rounds) / len(self.rounds)
+
+    @property
+    def drafted(self) -> int:
+        return sum(r["drafted"] for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r["accepted"] for r in self.rounds)
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(r["draft_seconds"] for r in self.rounds)
+
+    @property
+    def rescore_seconds(self) -> float:
+        return sum(e["seconds"] for e in self.rescorings)
+
+    def to_dict(self) -> dict:
+        return {
+            "policy": self.policy,
+            "prompt_tokens": self.prompt_tokens,
+            "budget": self.budget,
+            "acceptance_length": self.acceptance_length,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "draft_seconds": self.draft_seconds,
+            "rescore_seconds": self.rescore_seconds,
+            "rounds": self.rounds,
+            "rescorings": self.rescorings,
+        }

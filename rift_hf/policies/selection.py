@@ -1,0 +1,61 @@
+"""What survives in a compressed layer: pure functions of scores, positions and counters."""
+
+from __future__ import annotations
+
+import torch
+
+
+def select_tokens(scores: torch.Tensor, lo: int, hi: int, count: int) -> torch.Tensor:
+    """
+    Top-`count` positions per KV head among `[lo, hi)`.
+
+    Args:
+        scores: `[H_kv, T]` (`T >= hi`), higher is more important.
+    Returns:
+        `[H_kv, min(count, hi - lo)]` int64 absolute positions, ascending per head.
+    """
+    count = max(0, min(count, hi - lo))
+    if count == 0:
+        return torch.empty(scores.shape[0], 0, dtype=torch.long, device=scores.device)
+    top = scores[:, lo:hi].topk(count, dim=-1).indices + lo
+    return top.sort(dim=-1).values
+
+
+def select_blocks(block_scores: torch.Tensor, block_size: int, lo: int, hi: int, count: int, heads: int) -> torch.Tensor:
+    """
+    Whole blocks with the best mean score, the same for every KV head.
+
+    Args:
+        block_scores: `[n_blocks]`, block `b` covering positions `[b * block_size, (b + 1) * block_size)`.
+        lo, hi: only blocks lying entirely inside `[lo, hi)` are candidates.
+        count: token budget of the selection; `count // block_size` blocks are kept.
+    Returns:
+        `[heads, n * block_size]` int64 positions, ascending.
+    """
+    first = -(-lo // block_size)
+    last = min(hi // block_size, block_scores.shape[0])
+    n_pick = max(0, min(count // block_size, last - first))
+    if n_pick == 0:
+        return torch.empty(heads, 0, dtype=torch.long, device=block_scores.device)
+    blocks = block_scores[first:last].topk(n_pick).indices.sort().values + first
+    offsets = torch.arange(block_size, device=blocks.device)
+    positions = (blocks[:, None] * block_size + offsets[None, :]).flatten()
+    return positions.unsqueeze(0).expand(heads, -1).contiguous()
+
+
+def keep_mask(
+    positions: torch.Tensor, seen: int, n_sink: int, recent: int, selected: torch.Tensor | None
+) -> torch.Tensor:
+    """
+    Which stored entries survive once `seen` tokens are committed.
+
+    Args:
+        positions: `[H_kv, N]` absolute positions of the stored entries.
+        selected: `[H_kv, S]` positions picked by the scorer (or `None`).
+    Returns:
+        `[H_kv, N]` bool: sinks, the `recent` newest positions and the selected ones.
+    """
+    keep = (positions < n_sink) | (positions >= seen - recent)
+    if selected is not None and selected.shape[-1]:
+        keep |= (positions.unsqueeze(-1) == selected.unsqueeze(-2)).any(-1)
+    return keep

@@ -1,0 +1,16 @@
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import rift_hf  # noqa: E402,F401  (registers the "rift" names)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    yield

@@ -1,0 +1,218 @@
+"""Lossless assisted generation for every policy x drafter architecture, and the generate() integration."""
+
+import pytest
+import torch
+from transformers import DynamicCache, StaticCache
+
+import rift_hf
+from rift_hf import POLICIES, RiftCache
+from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
+
+GAMMA = 4
+PROMPT = 40
+NEW = 40
+SMALL = {"budget": 16, "window": 4, "delta": 4, "n_sink": 1, "block_size": 4, "a_min": 4, "a_max": 12,
+         "check_interval": 2, "drift_threshold": 0.01}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return {arch: draft_target_pair(arch, GAMMA) for arch in ARCHITECTURES}
+
+
+@pytest.fixture()
+def invariant_log(monkeypatch):
+    """Records, after every update of a compressed layer: (stored, budget, seq_length, tokens written)."""
+    log = []
+    original = RiftCache.update
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
+        layer = self.layers[layer_idx]
+        if layer in self.rift_layers:
+            log.append((layer.stored, self.budget, layer.get_seq_length(), layer.positions[0, -1].item() + 1))
+        return out
+
+    monkeypatch.setattr(RiftCache, "update", update)
+    return log
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_greedy_assisted_output_equals_target_greedy(pairs, arch, policy, invariant_log):
+    target, draft = pairs[arch]
+    ids = make_prompt(PROMPT, seed=3)
+    reference = target.generate(ids, max_new_tokens=NEW, do_sample=False)
+    out = target.generate(ids, assistant_model=draft, max_new_tokens=NEW, do_sample=False,
+                          cache_implementation="rift", cache_config={"policy": policy, **SMALL})
+    assert torch.equal(out, reference)
+    stats = rift_hf.last_stats(target)
+    assert sum(r["accepted"] + 1 for r in stats.rounds) == NEW
+    assert isinstance(target.generation_config.cache_implementation, type(None))
+    assert invariant_log, "the drafter cache was never written"
+    for stored, budget, seq_length, written in invariant_log:
+        if seq_length > PROMPT:  # the prefill forward holds the prompt until it is scored
+            assert stored <= budget + GAMMA + 1
+        assert seq_length == written
+    if policy != "full":
+        assert max(s for s, _, n, _ in invariant_log if n > PROMPT) < PROMPT  # compression really happened
+    if policy in ("rift-dyn", "rift-ada"):
+        assert stats.rescorings, "no rescoring happened"
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_pairs_have_both_accepted_and_rejected_drafts(pairs, arch):
+    target, draft = pairs[arch]
+    target.generate(make_prompt(PROMPT, seed=3), assistant_model=draft, max_new_tokens=NEW, do_sample=False,
+                    cache_implementation="rift", cache_config={"policy": "full"})
+    accepted = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
+    assert any(0 < a for a in accepted) and any(a < GAMMA for a in accepted), accepted
+
+
+def _drafter_logits(model, ids, cache, steps):
+    """Prefill `ids`, then feed greedy tokens one by one; returns the logits of every step."""
+    out = model(ids, past_key_values=cache, use_cache=True)
+    logits = [out.logits[:, -1]]
+    for _ in range(steps):
+        token = logits[-1].argmax(-1, keepdim=True)
+        out = model(token, past_key_values=cache, use_cache=True)
+        logits.append(out.logits[:, -1])
+    return torch.stack(logits)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt_oss", "qwen3_5", "lfm2"])
+def test_budget_covering_the_context_matches_full_cache(arch, policy):
+    reference_model = tiny_model(arch, seed=4)
+    rift_model = tiny_model(arch, seed=4, attn="rift")
+    ids = make_prompt(24, seed=5)
+    with torch.no_grad():
+        expected = _drafter_logits(reference_model, ids, DynamicCache(config=reference_model.config), 8)
+        cache = RiftCache(rift_model.config, {**SMALL, "policy": policy, "budget": 64})
+        got = _drafter_logits(rift_model, ids, cache, 8)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", [*STATEFUL_ARCHITECTURES, "lfm2"])
+def test_stateful_drafter_state_after_rejection_equals_fresh_recompute(arch):
+    model = tiny_model(arch, seed=6)
+    ids = make_prompt(30, seed=7)
+    drafts = make_prompt(4, seed=8)
+    # A budget covering the context, so the fresh full-cache recompute is the exact reference for the states.
+    cache = RiftCache(model.config, {"policy": "rift-dyn", "window": 4, "delta": 2, "budget": 64})
+    rift_model = model
+    rift_model.set_attn_implementation("rift")
+    cache.activate_past_recording()
+    with torch.no_grad():
+        rift_model(ids[:, :-1], past_key_values=cache, use_cache=True)
+        cache.crop(0)
+        rift_model(ids[:, -1:], past_key_values=cache, use_cache=True)  # the round's verified token
+        for i in range(3):  # drafted tokens, fed one by one
+            rift_model(drafts[:, i : i + 1], past_key_values=cache, use_cache=True)
+        # The target accepted one draft and corrected the next: the sequence is ids + drafts[0] + bonus.
+        sequence = torch.cat([ids, drafts[:, :1], torch.tensor([[5]])], dim=1)
+        cache.crop(-(cache.get_seq_length() - (sequence.shape[1] - 2)))
+        rest = sequence[:, cache.get_seq_length() :]
+        got = rift_model(rest, past_key_values=cache, use_cache=True).logits[:, -1]
+        fresh = DynamicCache(config=model.config)
+        want = model(sequence, past_key_values=fresh, use_cache=True).logits[:, -1]
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    for ours, theirs in zip(cache.layers, fresh.layers):
+        if hasattr(theirs, "recurrent_states"):
+            for i, state in theirs.recurrent_states.items():
+                if state is not None:
+                    torch.testing.assert_close(ours.recurrent_states[i], state, atol=1e-4, rtol=1e-4)
+            for i, conv in theirs.conv_states.items():
+                if conv is not None:
+                    width = conv.shape[-1]
+                    torch.testing.assert_close(ours.conv_states[i][..., -width:], conv, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["swa", "rift-stat", "rift-dyn"])
+def test_plain_generate_compresses_own_cache(policy):
+    model = tiny_model("llama", seed=9)
+    ids = make_prompt(40, seed=1)
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, cache_implementation="rift",
+                         cache_config={**SMALL, "policy": policy}, return_dict_in_generate=True)
+    cache = out.past_key_values
+    assert isinstance(cache, RiftCache)
+    assert cache.get_seq_length() == 40 + 11
+    assert all(n <= 16 + 1 for n in cache.stored_tokens())
+    assert out.sequences.shape[1] == 52
+
+
+def test_a_rift_cache_instance_can_be_passed_directly():
+    model = tiny_model("llama", seed=9)
+    ids = make_prompt(30, seed=1)
+    reference = model.generate(ids, max_new_tokens=6, do_sample=False)
+    cache = RiftCache(model.config, {"policy": "full"})
+    assert torch.equal(model.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=cache), reference)
+
+
+# ----- bad input ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama_pair():
+    return draft_target_pair("llama", GAMMA)
+
+
+def test_unknown_policy_lists_the_valid_ones(llama_pair):
+    target, draft = llama_pair
+    with pytest.raises(ValueError, match="choose one of full, swa, snapkv"):
+        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
+                        cache_config={"policy": "h2o"})
+
+
+def test_budget_too_small_for_window_is_caught_at_prefill(llama_pair):
+    target, draft = llama_pair
+    with pytest.raises(ValueError, match="raise `budget` or lower `window`"):
+        target.generate(make_prompt(40), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
+                        cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8})
+
+
+def test_batch_size_above_one_is_refused(llama_pair):
+    target, draft = llama_pair
+    ids = torch.cat([make_prompt(20), make_prompt(20, seed=1)])
+    with pytest.raises(ValueError, match="call generate once per prompt"):
+        target.generate(ids, assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
+                        cache_config={"policy": "swa", "budget": 8})
+    with pytest.raises(ValueError, match="call generate once per prompt"):
+        target.generate(ids, max_new_tokens=4, cache_implementation="rift", cache_config={"policy": "swa", "budget": 8})
+
+
+def test_vocabulary_mismatch_names_the_tokenizer_arguments():
+    target = tiny_target()
+    draft = tiny_model("llama", seed=2, vocab_size=80)
+    with pytest.raises(ValueError, match="tokenizer.*assistant_tokenizer"):
+        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
+                        cache_config={"policy": "swa", "budget": 8})
+
+
+def test_static_cache_with_rift_is_refused(llama_pair):
+    target, _ = llama_pair
+    static = StaticCache(config=target.config, max_cache_len=64)
+    with pytest.raises(ValueError, match="StaticCache cannot be combined"):
+        target.generate(make_prompt(20), max_new_tokens=4, cache_implementation="rift", past_key_values=static,
+                        cache_config={"policy": "swa", "budget": 8})
+
+
+def test_cache_config_without_rift_is_refused(llama_pair):
+    target, draft = llama_pair
+    with pytest.raises(ValueError, match="cache_implementation='rift'"):
+        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4,
+                        cache_config={"policy": "swa", "budget": 8})
+
+
+def test_unsupported_layer_type_is_named():
+    model = tiny_model("llama")
+    model.config.layer_types = ["hybrid", "full_attention"]
+    with pytest.raises(ValueError, match="does not support layer type 'hybrid'"):
+        RiftCache(model.config, {"policy": "swa", "budget": 8})
+
+
+def test_plain_transformers_is_untouched(llama_pair):
+    target, draft = llama_pair
+    ids = make_prompt(30)
+    reference = target.generate(ids, max_new_tokens=8, do_sample=False)
+    out = target.generate(ids, assistant_model=draft, max_new_tokens=8, do_sample=False, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, reference)
+    assert type(out.past_key_values) is DynamicCache

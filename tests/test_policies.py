@@ -1,0 +1,58 @@
+import torch
+
+from rift_hf.policies import calibrate_thresholds, keep_mask, select_blocks, select_tokens
+from rift_hf.policies.schedules import Adaptive, Signals
+from rift_hf import RiftConfig
+
+
+def test_select_tokens_is_top_k_inside_the_range():
+    scores = torch.tensor([[9.0, 1, 5, 7, 3, 8, 0, 6], [0.0, 9, 8, 1, 2, 3, 4, 5]])
+    picked = select_tokens(scores, lo=1, hi=6, count=2)
+    assert picked.tolist() == [[3, 5], [1, 2]]
+    assert select_tokens(scores, lo=1, hi=3, count=5).tolist() == [[1, 2], [1, 2]]
+
+
+def test_select_blocks_keeps_whole_blocks_for_all_heads():
+    block_scores = torch.tensor([5.0, 1.0, 9.0, 7.0, 8.0])
+    picked = select_blocks(block_scores, block_size=4, lo=2, hi=18, count=9, heads=3)
+    # Block 0 starts before lo and block 4 ends after hi: candidates are blocks 1..3; 9 tokens = 2 blocks.
+    assert picked.tolist() == [[8, 9, 10, 11, 12, 13, 14, 15]] * 3
+
+
+def test_keep_mask_is_sinks_recent_and_selected():
+    positions = torch.arange(12).expand(2, -1)
+    selected = torch.tensor([[3, 5], [4, 6]])
+    keep = keep_mask(positions, seen=12, n_sink=1, recent=3, selected=selected)
+    assert keep[0].nonzero().flatten().tolist() == [0, 3, 5, 9, 10, 11]
+    assert keep[1].nonzero().flatten().tolist() == [0, 4, 6, 9, 10, 11]
+
+
+def test_adaptive_schedule_ages_and_signals():
+    config = RiftConfig(policy="rift-ada", budget=256, a_min=32, a_max=512, al_threshold=3.0)
+    schedule = Adaptive(config)
+    calm = {"al_ewma": 5.0, "entropy": None, "drift": None}
+    low = {"al_ewma": 2.0, "entropy": None, "drift": None}
+    assert schedule.decide(600, calm) == (True, "a_max")
+    assert schedule.decide(100, calm) == (False, "")
+    assert schedule.decide(100, low) == (True, "al")
+    assert schedule.decide(16, low) == (False, "")  # younger than a_min
+
+
+def test_signals_ewma_and_entropy_window():
+    signals = Signals(alpha=0.5, entropy_window=3)
+    signals.observe_round(3, [1.0, 1.0])
+    signals.observe_round(1, [2.0, 4.0])
+    assert signals.al_ewma == 0.5 * 2 + 0.5 * 4
+    assert signals.entropy == (1.0 + 2.0 + 4.0) / 3
+
+
+def test_calibration_picks_threshold_with_best_gain():
+    events = [{"al_ewma": a, "entropy": None, "drift": d, "gain": g}
+              for a, d, g in [(1.0, 0.9, 2.0), (1.5, 0.8, 1.5), (2.0, 0.7, 1.0), (2.5, 0.1, -0.5), (3.0, 0.2, -1.0),
+                              (3.5, 0.05, -1.0)]]
+    thresholds = calibrate_thresholds(events, min_events=2)
+    assert 1.5 <= thresholds["al_threshold"] < 1.6  # fires on the two lowest-AL events (best mean gain)
+    assert 0.79 < thresholds["drift_threshold"] <= 0.8
+    assert thresholds["entropy_threshold"] is None
+    config = RiftConfig(policy="rift-ada", budget=256, **thresholds)
+    assert config.al_threshold == thresholds["al_threshold"]
