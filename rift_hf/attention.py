@@ -41,7 +41,13 @@ def attend(
     if sinks is None and softcap is None:
         is_causal = attention_mask is None and length > 1
         return F.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=is_causal, scale=scale,
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=dropout,
+            is_causal=is_causal,
+            scale=scale,
             enable_gqa=query.shape[1] != key.shape[1],
         )
     group = query.shape[1] // key.shape[1]

@@ -67,13 +67,14 @@ class RiftLayer(DynamicLayer):
         self.record_past = False
         self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
 
-    # ----- transformers' layer contract ------------------------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
         self.positions = torch.empty(key_states.shape[1], 0, dtype=torch.long, device=self.device)
         if self.cache.config.keeps_store:
             store = self.cache.config.store_device or self.device
-            self.store_keys = torch.empty(*key_states.shape[:2], 0, key_states.shape[-1], dtype=self.dtype, device=store)
+            self.store_keys = torch.empty(
+                *key_states.shape[:2], 0, key_states.shape[-1], dtype=self.dtype, device=store
+            )
             self.store_values = torch.empty_like(self.store_keys)
 
     def activate_past_recording(self) -> None:
@@ -149,7 +150,6 @@ class RiftLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("RiftCache supports batch size 1 only.")
 
-    # ----- fed by the attention backend --------------------------------------------------------------------------------
     def observe(self, query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None) -> None:
         """
         Receive the queries of the forward that just updated this layer.
@@ -163,7 +163,12 @@ class RiftLayer(DynamicLayer):
         q = query.shape[2]
         # Prefill scores: only while nothing was evicted (the keys are then every position) and the chunk holds the
         # whole observation window, so a 2-token re-feed never replaces the prompt's scores.
-        if config.is_scored and self.selected is None and self.stored == self.seen and q >= min(config.window, self.seen):
+        if (
+            config.is_scored
+            and self.selected is None
+            and self.stored == self.seen
+            and q >= min(config.window, self.seen)
+        ):
             window = min(config.window, q)
             scores = snapkv_scores(query[:, :, -window:], key, scale, config.pool, config.pool_kernel, sinks)
             self.prefill_scores = scores[0]
@@ -197,7 +202,6 @@ class RiftLayer(DynamicLayer):
         mean = self.queries[:, :, -self.cache.config.window :].float().mean(dim=(0, 1, 2))
         return mean / mean.norm().clamp_min(1e-12)
 
-    # ----- compression -------------------------------------------------------------------------------------------------
     def commit(self, rescore: bool) -> None:
         """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so."""
         cache = self.cache
@@ -239,8 +243,14 @@ class RiftLayer(DynamicLayer):
         cache = self.cache
         lo = cache.config.n_sink
         if cache.config.policy == "rift-stat-block":
-            return select_blocks(block_scores(scores, cache.config.block_size)[0], cache.config.block_size, lo, hi,
-                                 cache.n_select, scores.shape[1])
+            return select_blocks(
+                block_scores(scores, cache.config.block_size)[0],
+                cache.config.block_size,
+                lo,
+                hi,
+                cache.n_select,
+                scores.shape[1],
+            )
         return select_tokens(scores[0], lo, hi, cache.n_select)
 
     def _evict(self) -> None:
@@ -249,7 +259,9 @@ class RiftLayer(DynamicLayer):
             return
         counts = keep.sum(-1)
         if bool((counts != counts[0]).any()):
-            raise RuntimeError(f"Internal error: heads keep different counts {counts.tolist()} in layer {self.layer_idx}.")
+            raise RuntimeError(
+                f"Internal error: heads keep different counts {counts.tolist()} in layer {self.layer_idx}."
+            )
         index = keep.nonzero()[:, 1].view(keep.shape[0], -1)  # [H_kv, K], ascending per head
         self._set_working_set(self.keys, self.values, index, torch.gather(self.positions, 1, index))
 
@@ -367,7 +379,7 @@ class RiftCache(Cache):
         decoder_config = config.get_text_config(decoder=True)
         layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder_config)
         layers = []
-        for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs)):
+        for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs, strict=True)):
             if layer_type == "full_attention":
                 layers.append(RiftLayer(self, idx))
             elif layer_type in _STATE_TYPES:
@@ -382,8 +394,9 @@ class RiftCache(Cache):
         super().__init__(layers=layers)
         self.rift_layers = [layer for layer in self.layers if isinstance(layer, RiftLayer)]
         self.state_layers = [layer for layer in self.layers if isinstance(layer, RiftStateLayer)]
-        self._first_attention = next((i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)),
-                                     None)
+        self._first_attention = next(
+            (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
+        )
         self.schedule = schedule_for(rift_config)
         self.signals = Signals(alpha=rift_config.al_alpha, entropy_window=rift_config.check_interval)
         self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
@@ -399,7 +412,6 @@ class RiftCache(Cache):
         self._awaiting_verified = False
         self._verified_forward_done = False
 
-    # ----- lengths ---------------------------------------------------------------------------------------------------
     def stored_tokens(self) -> list[int]:
         """Entries stored per compressed layer (per KV head), in-flight draft tokens included."""
         return [layer.stored for layer in self.rift_layers]
@@ -413,7 +425,6 @@ class RiftCache(Cache):
             self._commit()
         return super().get_mask_sizes(query_length, layer_idx)
 
-    # ----- writes ----------------------------------------------------------------------------------------------------
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         layer = self.layers[layer_idx]
         if key_states.shape[0] != 1:
@@ -478,7 +489,6 @@ class RiftCache(Cache):
         if self.record_past:
             self._await_verified_forward()
 
-    # ----- commit and schedule ---------------------------------------------------------------------------------------
     def _commit(self) -> None:
         if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
             return

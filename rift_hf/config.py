@@ -117,7 +117,6 @@ class RiftConfig:
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
 
-    # ----- derived quantities -------------------------------------------------------------------------------------
     @property
     def is_scored(self) -> bool:
         return self.policy in SCORED_POLICIES
@@ -171,7 +170,6 @@ class RiftConfig:
             recent = budget - self.n_sink - selected
         return recent
 
-    # ----- serialisation ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -13,8 +13,14 @@ SCALE = D**-0.5
 
 
 def llama_config(layers=2):
-    return LlamaConfig(num_hidden_layers=layers, num_attention_heads=H_Q, num_key_value_heads=H_KV,
-                       hidden_size=H_Q * D, head_dim=D, vocab_size=32)
+    return LlamaConfig(
+        num_hidden_layers=layers,
+        num_attention_heads=H_Q,
+        num_key_value_heads=H_KV,
+        hidden_size=H_Q * D,
+        head_dim=D,
+        vocab_size=32,
+    )
 
 
 def naive_snapkv(query, key, kernel=5):
@@ -137,7 +143,7 @@ def test_rift_dyn_rescores_from_the_whole_store(store_device):
     drive.forward(40)
     cache.crop(0)
     queries = []
-    for step in range(5):
+    for _ in range(5):
         drive.forward(1)
         queries.append(drive.last_query[0])
         cache.crop(0)

@@ -2,17 +2,26 @@
 
 import pytest
 import torch
+from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
 from transformers import DynamicCache, StaticCache
 
 import rift_hf
 from rift_hf import POLICIES, RiftCache
-from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
 
 GAMMA = 4
 PROMPT = 40
 NEW = 40
-SMALL = {"budget": 16, "window": 4, "delta": 4, "n_sink": 1, "block_size": 4, "a_min": 4, "a_max": 12,
-         "check_interval": 2, "drift_threshold": 0.01}
+SMALL = {
+    "budget": 16,
+    "window": 4,
+    "delta": 4,
+    "n_sink": 1,
+    "block_size": 4,
+    "a_min": 4,
+    "a_max": 12,
+    "check_interval": 2,
+    "drift_threshold": 0.01,
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +52,14 @@ def test_greedy_assisted_output_equals_target_greedy(pairs, arch, policy, invari
     target, draft = pairs[arch]
     ids = make_prompt(PROMPT, seed=3)
     reference = target.generate(ids, max_new_tokens=NEW, do_sample=False)
-    out = target.generate(ids, assistant_model=draft, max_new_tokens=NEW, do_sample=False,
-                          cache_implementation="rift", cache_config={"policy": policy, **SMALL})
+    out = target.generate(
+        ids,
+        assistant_model=draft,
+        max_new_tokens=NEW,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config={"policy": policy, **SMALL},
+    )
     assert torch.equal(out, reference)
     stats = rift_hf.last_stats(target)
     assert sum(r["accepted"] + 1 for r in stats.rounds) == NEW
@@ -63,8 +78,14 @@ def test_greedy_assisted_output_equals_target_greedy(pairs, arch, policy, invari
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_pairs_have_both_accepted_and_rejected_drafts(pairs, arch):
     target, draft = pairs[arch]
-    target.generate(make_prompt(PROMPT, seed=3), assistant_model=draft, max_new_tokens=NEW, do_sample=False,
-                    cache_implementation="rift", cache_config={"policy": "full"})
+    target.generate(
+        make_prompt(PROMPT, seed=3),
+        assistant_model=draft,
+        max_new_tokens=NEW,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config={"policy": "full"},
+    )
     accepted = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
     assert any(0 < a for a in accepted) and any(a < GAMMA for a in accepted), accepted
 
@@ -117,7 +138,7 @@ def test_stateful_drafter_state_after_rejection_equals_fresh_recompute(arch):
         fresh = DynamicCache(config=model.config)
         want = model(sequence, past_key_values=fresh, use_cache=True).logits[:, -1]
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-    for ours, theirs in zip(cache.layers, fresh.layers):
+    for ours, theirs in zip(cache.layers, fresh.layers, strict=True):
         if hasattr(theirs, "recurrent_states"):
             for i, state in theirs.recurrent_states.items():
                 if state is not None:
@@ -132,8 +153,14 @@ def test_stateful_drafter_state_after_rejection_equals_fresh_recompute(arch):
 def test_plain_generate_compresses_own_cache(policy):
     model = tiny_model("llama", seed=9)
     ids = make_prompt(40, seed=1)
-    out = model.generate(ids, max_new_tokens=12, do_sample=False, cache_implementation="rift",
-                         cache_config={**SMALL, "policy": policy}, return_dict_in_generate=True)
+    out = model.generate(
+        ids,
+        max_new_tokens=12,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config={**SMALL, "policy": policy},
+        return_dict_in_generate=True,
+    )
     cache = out.past_key_values
     assert isinstance(cache, RiftCache)
     assert cache.get_seq_length() == 40 + 11
@@ -149,7 +176,6 @@ def test_a_rift_cache_instance_can_be_passed_directly():
     assert torch.equal(model.generate(ids, max_new_tokens=6, do_sample=False, past_key_values=cache), reference)
 
 
-# ----- bad input ------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def llama_pair():
     return draft_target_pair("llama", GAMMA)
@@ -158,23 +184,38 @@ def llama_pair():
 def test_unknown_policy_lists_the_valid_ones(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="choose one of full, swa, snapkv"):
-        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
-                        cache_config={"policy": "h2o"})
+        target.generate(
+            make_prompt(20),
+            assistant_model=draft,
+            max_new_tokens=4,
+            cache_implementation="rift",
+            cache_config={"policy": "h2o"},
+        )
 
 
 def test_budget_too_small_for_window_is_caught_at_prefill(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="raise `budget` or lower `window`"):
-        target.generate(make_prompt(40), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
-                        cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8})
+        target.generate(
+            make_prompt(40),
+            assistant_model=draft,
+            max_new_tokens=4,
+            cache_implementation="rift",
+            cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8},
+        )
 
 
 def test_batch_size_above_one_is_refused(llama_pair):
     target, draft = llama_pair
     ids = torch.cat([make_prompt(20), make_prompt(20, seed=1)])
     with pytest.raises(ValueError, match="call generate once per prompt"):
-        target.generate(ids, assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
-                        cache_config={"policy": "swa", "budget": 8})
+        target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=4,
+            cache_implementation="rift",
+            cache_config={"policy": "swa", "budget": 8},
+        )
     with pytest.raises(ValueError, match="call generate once per prompt"):
         target.generate(ids, max_new_tokens=4, cache_implementation="rift", cache_config={"policy": "swa", "budget": 8})
 
@@ -183,23 +224,34 @@ def test_vocabulary_mismatch_names_the_tokenizer_arguments():
     target = tiny_target()
     draft = tiny_model("llama", seed=2, vocab_size=80)
     with pytest.raises(ValueError, match="tokenizer.*assistant_tokenizer"):
-        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
-                        cache_config={"policy": "swa", "budget": 8})
+        target.generate(
+            make_prompt(20),
+            assistant_model=draft,
+            max_new_tokens=4,
+            cache_implementation="rift",
+            cache_config={"policy": "swa", "budget": 8},
+        )
 
 
 def test_static_cache_with_rift_is_refused(llama_pair):
     target, _ = llama_pair
     static = StaticCache(config=target.config, max_cache_len=64)
     with pytest.raises(ValueError, match="StaticCache cannot be combined"):
-        target.generate(make_prompt(20), max_new_tokens=4, cache_implementation="rift", past_key_values=static,
-                        cache_config={"policy": "swa", "budget": 8})
+        target.generate(
+            make_prompt(20),
+            max_new_tokens=4,
+            cache_implementation="rift",
+            past_key_values=static,
+            cache_config={"policy": "swa", "budget": 8},
+        )
 
 
 def test_cache_config_without_rift_is_refused(llama_pair):
     target, draft = llama_pair
     with pytest.raises(ValueError, match="cache_implementation='rift'"):
-        target.generate(make_prompt(20), assistant_model=draft, max_new_tokens=4,
-                        cache_config={"policy": "swa", "budget": 8})
+        target.generate(
+            make_prompt(20), assistant_model=draft, max_new_tokens=4, cache_config={"policy": "swa", "budget": 8}
+        )
 
 
 def test_unsupported_layer_type_is_named():

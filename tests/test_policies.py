@@ -1,8 +1,8 @@
 import torch
 
+from rift_hf import RiftConfig
 from rift_hf.policies import calibrate_thresholds, keep_mask, select_blocks, select_tokens
 from rift_hf.policies.schedules import Adaptive, Signals
-from rift_hf import RiftConfig
 
 
 def test_select_tokens_is_top_k_inside_the_range():
@@ -47,9 +47,17 @@ def test_signals_ewma_and_entropy_window():
 
 
 def test_calibration_picks_threshold_with_best_gain():
-    events = [{"al_ewma": a, "entropy": None, "drift": d, "gain": g}
-              for a, d, g in [(1.0, 0.9, 2.0), (1.5, 0.8, 1.5), (2.0, 0.7, 1.0), (2.5, 0.1, -0.5), (3.0, 0.2, -1.0),
-                              (3.5, 0.05, -1.0)]]
+    events = [
+        {"al_ewma": a, "entropy": None, "drift": d, "gain": g}
+        for a, d, g in [
+            (1.0, 0.9, 2.0),
+            (1.5, 0.8, 1.5),
+            (2.0, 0.7, 1.0),
+            (2.5, 0.1, -0.5),
+            (3.0, 0.2, -1.0),
+            (3.5, 0.05, -1.0),
+        ]
+    ]
     thresholds = calibrate_thresholds(events, min_events=2)
     assert 1.5 <= thresholds["al_threshold"] < 1.6  # fires on the two lowest-AL events (best mean gain)
     assert 0.79 < thresholds["drift_threshold"] <= 0.8

@@ -43,8 +43,16 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
     After `generate`, `rift_hf.last_stats(target)` returns the `RiftStats` this generator recorded.
     """
 
-    def __init__(self, input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor=None,
-                 logits_processor=None, rift_config: RiftConfig | None = None):
+    def __init__(
+        self,
+        input_ids,
+        assistant_model,
+        generation_config,
+        model_kwargs,
+        inputs_tensor=None,
+        logits_processor=None,
+        rift_config: RiftConfig | None = None,
+    ):
         super().__init__(input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor, logits_processor)
         self.rift_config = RiftConfig.coerce(rift_config)
         # The drafter gets its cache from us, not from `generate` (which would also refuse a cache plus a name).

@@ -36,7 +36,9 @@ def last_stats(model) -> RiftStats | None:
 
 
 def _looks_like_rift(cache_config) -> bool:
-    return isinstance(cache_config, RiftConfig) or (isinstance(cache_config, dict) and bool(_RIFT_KEYS & set(cache_config)))
+    return isinstance(cache_config, RiftConfig) or (
+        isinstance(cache_config, dict) and bool(_RIFT_KEYS & set(cache_config))
+    )
 
 
 def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
@@ -75,13 +77,31 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
     return None
 
 
-def _get_candidate_generator(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
-                             assistant_model=None, target_tokenizer=None, assistant_tokenizer=None):
+def _get_candidate_generator(
+    self,
+    generation_config,
+    input_ids,
+    inputs_tensor,
+    logits_processor,
+    model_kwargs,
+    assistant_model=None,
+    target_tokenizer=None,
+    assistant_tokenizer=None,
+):
     original = _ORIGINALS["_get_candidate_generator"]
     special = (generation_config.assistant_early_exit, generation_config.prompt_lookup_num_tokens)
     if generation_config.cache_implementation != NAME or assistant_model is None or any(s is not None for s in special):
-        return original(self, generation_config, input_ids, inputs_tensor, logits_processor, model_kwargs,
-                        assistant_model, target_tokenizer, assistant_tokenizer)
+        return original(
+            self,
+            generation_config,
+            input_ids,
+            inputs_tensor,
+            logits_processor,
+            model_kwargs,
+            assistant_model,
+            target_tokenizer,
+            assistant_tokenizer,
+        )
     if target_tokenizer is not None and assistant_tokenizer is not None:
         raise ValueError(
             "cache_implementation='rift' does not support drafters with another tokenizer yet; use a drafter that "
@@ -114,7 +134,9 @@ def apply() -> None:
         return
     if NAME not in configuration_utils.ALL_CACHE_IMPLEMENTATIONS:
         configuration_utils.ALL_CACHE_IMPLEMENTATIONS = configuration_utils.ALL_CACHE_IMPLEMENTATIONS + (NAME,)
-    for name, wrapper in (("_prepare_cache_for_generation", _prepare_cache_for_generation),
-                          ("_get_candidate_generator", _get_candidate_generator)):
+    for name, wrapper in (
+        ("_prepare_cache_for_generation", _prepare_cache_for_generation),
+        ("_get_candidate_generator", _get_candidate_generator),
+    ):
         _ORIGINALS[name] = getattr(GenerationMixin, name)
         setattr(GenerationMixin, name, wrapper)

@@ -45,7 +45,11 @@ def fired(config: RiftConfig, signals: dict[str, float | None]) -> list[str]:
         and signals["entropy"] > config.entropy_threshold
     ):
         out.append("entropy")
-    if config.drift_threshold is not None and signals["drift"] is not None and signals["drift"] > config.drift_threshold:
+    if (
+        config.drift_threshold is not None
+        and signals["drift"] is not None
+        and signals["drift"] > config.drift_threshold
+    ):
         out.append("drift")
     return out
 
@@ -121,8 +125,11 @@ def calibrate_thresholds(events: list[dict], min_events: int = 4) -> dict[str, f
         `{"al_threshold": ..., "entropy_threshold": ..., "drift_threshold": ...}`, ready for `RiftConfig(**...)`.
     """
     out: dict[str, float | None] = {}
-    for signal, key, fires_below in (("al_ewma", "al_threshold", True), ("entropy", "entropy_threshold", False),
-                                     ("drift", "drift_threshold", False)):
+    for signal, key, fires_below in (
+        ("al_ewma", "al_threshold", True),
+        ("entropy", "entropy_threshold", False),
+        ("drift", "drift_threshold", False),
+    ):
         pairs = [(e[signal], e["gain"]) for e in events if e.get(signal) is not None and e.get("gain") is not None]
         best, best_gain = None, -math.inf
         for threshold, _ in pairs:

@@ -21,7 +21,9 @@ def select_tokens(scores: torch.Tensor, lo: int, hi: int, count: int) -> torch.T
     return top.sort(dim=-1).values
 
 
-def select_blocks(block_scores: torch.Tensor, block_size: int, lo: int, hi: int, count: int, heads: int) -> torch.Tensor:
+def select_blocks(
+    block_scores: torch.Tensor, block_size: int, lo: int, hi: int, count: int, heads: int
+) -> torch.Tensor:
     """
     Whole blocks with the best mean score, the same for every KV head.
 
