@@ -3,8 +3,9 @@
 import pathlib
 import re
 
-import rift_hf
 from tiny import draft_target_pair, make_prompt
+
+import rift_hf
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

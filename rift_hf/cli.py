@@ -1,0 +1,209 @@
+"""`rift-hf` command line: `rift-hf compare` runs policies side by side on a real model preset."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import rift_hf
+
+DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads (CPU)"
+
+
+def _timed_generate(model, ids, **kwargs):
+    tick = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, do_sample=False, **kwargs)
+    return out, time.perf_counter() - tick
+
+
+def compare(
+    preset: str,
+    policies,
+    compression: float,
+    input_tokens: int,
+    new_tokens: int,
+    per_task: int,
+    gamma: int,
+    window: int,
+    delta: int,
+    out_dir: Path,
+    dtype: str = "bfloat16",
+) -> dict:
+    """Run `policies` side by side on the same prompts; returns (and writes) the records."""
+    from .models import load_preset
+    from .prompts import prompt_set
+
+    torch_dtype = getattr(torch, dtype)
+    target, draft, tokenizer = load_preset(preset, dtype=torch_dtype)
+    for model in (target, draft):
+        model.generation_config.num_assistant_tokens = gamma
+        model.generation_config.num_assistant_tokens_schedule = "constant"
+        model.generation_config.assistant_confidence_threshold = 0.0
+    prompts = prompt_set(tokenizer, input_tokens, per_task)
+    runs = []
+    steps = len(prompts) * (len(policies) + 1)
+    with tqdm(total=steps, desc="compare") as bar:
+        for prompt in prompts:
+            gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+            plain, plain_seconds = _timed_generate(target, prompt.input_ids, **gen)
+            bar.update()
+            full_output = None
+            for policy in policies:
+                config = {"policy": policy, "budget": 1.0 / compression, "window": window, "delta": delta}
+                bar.set_postfix_str(f"{prompt.name} {policy}")
+                out, seconds = _timed_generate(
+                    target,
+                    prompt.input_ids,
+                    assistant_model=draft,
+                    cache_implementation="rift",
+                    cache_config=config,
+                    **gen,
+                )
+                stats = rift_hf.last_stats(target)
+                if policy == "full":
+                    full_output = out
+                drafted = max(stats.drafted, 1)
+                runs.append(
+                    {
+                        "prompt": prompt.name,
+                        "task": prompt.task,
+                        "policy": policy,
+                        "input_tokens": prompt.tokens,
+                        "output_tokens": out.shape[1] - prompt.tokens,
+                        "budget": stats.budget,
+                        "al": stats.acceptance_length,
+                        "rounds": len(stats.rounds),
+                        "draft_ms_per_token": 1000 * stats.draft_seconds / drafted,
+                        "rescorings": len(stats.rescorings),
+                        "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
+                        "tokens_per_s": (out.shape[1] - prompt.tokens) / seconds,
+                        "speedup": plain_seconds / seconds,
+                        "same_as_target": bool(torch.equal(out, plain)),
+                        "same_as_full_drafter": None if full_output is None else bool(torch.equal(out, full_output)),
+                    }
+                )
+                bar.update()
+    full_al = {r["prompt"]: r["al"] for r in runs if r["policy"] == "full"}
+    for r in runs:
+        r["retention"] = r["al"] / full_al[r["prompt"]] if r["prompt"] in full_al else None
+    summary = []
+    for policy in policies:
+        rows = [r for r in runs if r["policy"] == policy]
+        retention = [r["retention"] for r in rows if r["retention"] is not None]
+        summary.append(
+            {
+                "policy": policy,
+                "al": statistics.mean(r["al"] for r in rows),
+                "retention_mean": statistics.mean(retention) if retention else None,
+                "retention_min": min(retention) if retention else None,
+                "retention_max": max(retention) if retention else None,
+                "draft_ms_per_token": statistics.mean(r["draft_ms_per_token"] for r in rows),
+                "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rows),
+                "speedup": statistics.mean(r["speedup"] for r in rows),
+                "lossless": all(r["same_as_full_drafter"] in (True, None) for r in rows),
+            }
+        )
+    result = {
+        "preset": preset,
+        "compression": compression,
+        "gamma": gamma,
+        "window": window,
+        "delta": delta,
+        "input_tokens": input_tokens,
+        "new_tokens": new_tokens,
+        "prompts": len(prompts),
+        "dtype": dtype,
+        "machine": machine(),
+        "date": datetime.date.today().isoformat(),
+        "rift_hf": rift_hf.__version__,
+        "summary": summary,
+        "runs": runs,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    table = markdown_table(result)
+    (out_dir / "compare.md").write_text(table)
+    return result
+
+
+def markdown_table(result: dict) -> str:
+    head = (
+        f"{result['preset']}, {result['compression']:g}x compression, ~{result['input_tokens']} prompt tokens, "
+        f"{result['new_tokens']} new tokens, {result['prompts']} prompts, gamma={result['gamma']}, "
+        f"{result['dtype']}, {result['machine']}, {result['date']}\n\n"
+    )
+    lines = [
+        "| policy | AL | retention (mean, min-max) | drafter ms/token | tokens/s | speedup vs target alone | "
+        "same output as full drafter |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in result["summary"]:
+        retention = (
+            "—"
+            if s["retention_mean"] is None
+            else f"{s['retention_mean']:.2f} ({s['retention_min']:.2f}-{s['retention_max']:.2f})"
+        )
+        lines.append(
+            f"| {s['policy']} | {s['al']:.2f} | {retention} | {s['draft_ms_per_token']:.1f} | "
+            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f}x | {'yes' if s['lossless'] else 'NO'} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="rift-hf", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmp = sub.add_parser("compare", help="policies side by side on a real model preset")
+    cmp.add_argument("--preset", default="qwen-coder")
+    cmp.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
+    cmp.add_argument("--input-tokens", type=int, default=1024, help="approximate source tokens per prompt")
+    cmp.add_argument("--new-tokens", type=int, default=128)
+    cmp.add_argument("--per-task", type=int, default=1, help="prompts per task (repeat, continue)")
+    cmp.add_argument("--gamma", type=int, default=11)
+    cmp.add_argument("--window", type=int, default=64)
+    cmp.add_argument("--delta", type=int, default=128)
+    cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
+    args = parser.parse_args(argv)
+    if args.compression <= 1:
+        parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in rift_hf.POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}")
+    if "full" not in policies:
+        policies.insert(0, "full")  # retention needs the full-cache reference
+    result = compare(
+        args.preset,
+        policies,
+        args.compression,
+        args.input_tokens,
+        args.new_tokens,
+        args.per_task,
+        args.gamma,
+        args.window,
+        args.delta,
+        args.out,
+        args.dtype,
+    )
+    print(markdown_table(result))
+
+
+if __name__ == "__main__":
+    main()

