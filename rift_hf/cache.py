@@ -175,7 +175,7 @@ class RiftLayer(DynamicLayer):
         if self.cache.records_queries:
             # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
             self.queries = query.detach() if self.queries is None else torch.cat([self.queries, query.detach()], dim=2)
-        if config.track_attention_mass and self.store_keys is not None and self.stored < self.seen:
+        if config.track_attention_mass and self.store_keys is not None and self.seen > q:  # decode steps
             self._log_attention_mass(query)
 
     def _log_attention_mass(self, query: torch.Tensor) -> None:

@@ -165,6 +165,19 @@ def markdown_table(result: dict) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+README_START, README_END = "<!-- compare:start -->", "<!-- compare:end -->"
+
+
+def write_into_readme(table: str, readme: Path) -> None:
+    """Replace the block between the compare markers of `readme` with `table`."""
+    text = readme.read_text()
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme} has no {README_START} ... {README_END} block to fill.")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_START}\n{table}{README_END}{tail}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="rift-hf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -180,7 +193,16 @@ def main(argv=None) -> None:
     cmp.add_argument("--delta", type=int, default=128)
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
+    tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
+    tab.add_argument("result", type=Path)
+    tab.add_argument("--readme", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "table":
+        table = markdown_table(json.loads(args.result.read_text()))
+        if args.readme:
+            write_into_readme(table, args.readme)
+        print(table)
+        return
     if args.compression <= 1:
         parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]

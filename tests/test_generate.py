@@ -268,3 +268,23 @@ def test_plain_transformers_is_untouched(llama_pair):
     out = target.generate(ids, assistant_model=draft, max_new_tokens=8, do_sample=False, return_dict_in_generate=True)
     assert torch.equal(out.sequences, reference)
     assert type(out.past_key_values) is DynamicCache
+
+
+def test_attention_mass_share_is_one_without_eviction_and_below_one_with_it():
+    model = tiny_model("llama", seed=9)
+    ids = make_prompt(40, seed=2)
+    shares = {}
+    for budget in (64, 12):
+        out = model.generate(
+            ids,
+            max_new_tokens=6,
+            do_sample=False,
+            cache_implementation="rift",
+            return_dict_in_generate=True,
+            cache_config={"policy": "swa", "budget": budget, "track_attention_mass": True},
+        )
+        log = out.past_key_values.attention_mass_log()
+        assert [pos for pos, _ in log] == list(range(40, 45))
+        shares[budget] = [share for _, share in log]
+    assert all(abs(s - 1.0) < 1e-5 for s in shares[64])
+    assert all(0.0 < s < 1.0 for s in shares[12])

