@@ -1,0 +1,220 @@
+"""Kernel benchmark: Triton kernels against the PyTorch path, and the rescoring share of drafter decode time.
+
+    python -m benchmarks.kernels               # on a GPU: T 8K..128K, budgets 1K..8K, Qwen2.5-Coder-0.5B shapes
+    python -m benchmarks.kernels --dry-run     # tiny shapes on CPU, so the script cannot rot (CI runs this)
+
+Writes `benchmarks/results/kernels-<device>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from rift_hf import kernels
+
+# Qwen2.5-Coder-0.5B-Instruct (the qwen-coder drafter): 24 layers, 14 query heads, 2 KV heads, head dim 64.
+QWEN_05B = {"layers": 24, "h_q": 14, "h_kv": 2, "dim": 64, "hidden": 896, "intermediate": 4864, "vocab": 151936}
+TINY = {"layers": 2, "h_q": 4, "h_kv": 2, "dim": 16, "hidden": 64, "intermediate": 96, "vocab": 96}
+
+
+def _triton_ops():
+    from rift_hf.kernels import triton_ops
+
+    return triton_ops
+
+
+def timeit(fn, repeats: int, device: torch.device) -> float:
+    """Median seconds of `fn()` over `repeats` runs, after one warm-up."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        tick = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - tick)
+    return sorted(times)[len(times) // 2]
+
+
+def unfused_scores(query, key, scale):
+    """The PyTorch chain a scorer would otherwise run: repeat KV, matmul, causal mask, softmax, reduce."""
+    group = query.shape[1] // key.shape[1]
+    k = key.repeat_interleave(group, 1)
+    logits = (query @ k.transpose(-1, -2)).float() * scale
+    window, length = query.shape[2], key.shape[2]
+    causal = (
+        torch.arange(length, device=key.device)[None, :]
+        > torch.arange(length - window, length, device=key.device)[:, None]
+    )
+    probs = torch.softmax(logits.masked_fill(causal, float("-inf")), -1)
+    return probs.sum(2).unflatten(1, (key.shape[1], group)).mean(2)
+
+
+def sdpa_on_gathered_copy(query, key, value, index, scale):
+    dim = key.shape[-1]
+    gather = index.unsqueeze(-1).expand(-1, -1, -1, dim)
+    k, v = torch.gather(key, 2, gather), torch.gather(value, 2, gather)
+    length = query.shape[2]
+    k_sel = index.shape[-1]
+    mask = (
+        torch.arange(k_sel, device=key.device)[None, :]
+        <= torch.arange(k_sel - length, k_sel, device=key.device)[:, None]
+    )
+    return F.scaled_dot_product_attention(query, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+
+
+def bench_scores(shape, lengths, window, dtype, device, repeats, use_triton):
+    rows = []
+    for length in tqdm(lengths, desc="window scores"):
+        query = torch.randn(1, shape["h_q"], window, shape["dim"], dtype=dtype, device=device)
+        key = torch.randn(1, shape["h_kv"], length, shape["dim"], dtype=dtype, device=device)
+        scale = shape["dim"] ** -0.5
+        row = {
+            "T": length,
+            "W": window,
+            "torch_unfused_ms": 1e3 * timeit(functools.partial(unfused_scores, query, key, scale), repeats, device),
+        }
+        if use_triton:
+            row["triton_ms"] = 1e3 * timeit(
+                functools.partial(_triton_ops().window_attention_scores, query, key, scale), repeats, device
+            )
+            row["speedup"] = row["torch_unfused_ms"] / row["triton_ms"]
+        rows.append(row)
+    return rows
+
+
+def bench_indexed(shape, lengths, budgets, queries, dtype, device, repeats, use_triton):
+    rows = []
+    for length in tqdm(lengths, desc="indexed attention"):
+        key = torch.randn(1, shape["h_kv"], length, shape["dim"], dtype=dtype, device=device)
+        value = torch.randn_like(key)
+        for budget in budgets:
+            if budget >= length:
+                continue
+            for n_q in queries:
+                older = torch.stack(
+                    [
+                        torch.randperm(length - n_q, device=device)[: budget - n_q].sort().values
+                        for _ in range(shape["h_kv"])
+                    ]
+                )
+                own = torch.arange(length - n_q, length, device=device).expand(shape["h_kv"], -1)
+                index = torch.cat([older, own], -1)[None]
+                query = torch.randn(1, shape["h_q"], n_q, shape["dim"], dtype=dtype, device=device)
+                scale = shape["dim"] ** -0.5
+                row = {
+                    "T": length,
+                    "K": budget,
+                    "L": n_q,
+                    "sdpa_gathered_ms": 1e3
+                    * timeit(
+                        functools.partial(sdpa_on_gathered_copy, query, key, value, index, scale), repeats, device
+                    ),
+                }
+                if use_triton:
+                    row["triton_ms"] = 1e3 * timeit(
+                        functools.partial(_triton_ops().indexed_attention, query, key, value, index, scale),
+                        repeats,
+                        device,
+                    )
+                    row["speedup"] = row["sdpa_gathered_ms"] / row["triton_ms"]
+                rows.append(row)
+    return rows
+
+
+def bench_rescore_share(shape, length, budget, window, deltas, dtype, device, repeats):
+    """Rescoring cost (all layers: scores over the store, top-k, gather) over the drafter's decode time."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import rift_hf
+
+    config = Qwen2Config(
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["h_q"],
+        num_key_value_heads=shape["h_kv"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        vocab_size=shape["vocab"],
+        max_position_embeddings=max(32768, 2 * length),
+        attn_implementation="rift",
+    )
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=dtype).eval()
+    cache = rift_hf.RiftCache(model.config, {"policy": "rift-dyn", "budget": budget, "window": window, "delta": 10**9})
+    prompt = torch.randint(0, shape["vocab"], (1, length), device=device)
+    with torch.no_grad():
+        model(prompt, past_key_values=cache, use_cache=True)
+        token = prompt[:, -1:]
+        for _ in range(window):  # fill the decode-query window and settle the first selection
+            model(token, past_key_values=cache, use_cache=True)
+        cache.get_mask_sizes(1, 0)
+
+        # Plain decoding: every step commits, so the working set stays at the budget while the store grows.
+        step = timeit(lambda: model(token, past_key_values=cache, use_cache=True), repeats, device)
+        rescore = timeit(lambda: [layer._rescore() for layer in cache.rift_layers], repeats, device)
+    return {
+        "T": length,
+        "budget": budget,
+        "window": window,
+        "decode_step_ms": 1e3 * step,
+        "rescore_ms": 1e3 * rescore,
+        "share": {str(d): rescore / (d * step) for d in deltas},
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="tiny shapes on CPU, reference path only")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
+    if args.dry_run:
+        shape, lengths, budgets, window, repeats, dtype = TINY, [64, 96], [16, 32], 8, 2, torch.float32
+        share_length, share_budget = 96, 32
+    else:
+        shape, lengths, budgets, window, repeats, dtype = (
+            QWEN_05B,
+            [8192, 16384, 32768, 65536, 131072],
+            [1024, 2048, 4096, 8192],
+            64,
+            10,
+            torch.bfloat16,
+        )
+        share_length, share_budget = 32768, 4096
+    # On CPU the kernels run only under the Triton interpreter: the dry run then exercises them too.
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1" and args.dry_run
+    use_triton = kernels._HAS_TRITON and (device.type == "cuda" or interpreted)
+    deltas = [16, 32, 64, 128, 256, 512, 1024]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    result = {
+        "device": name,
+        "dtype": str(dtype).split(".")[-1],
+        "date": datetime.date.today().isoformat(),
+        "dry_run": args.dry_run,
+        "shapes": shape,
+        "triton": use_triton,
+        "window_scores": bench_scores(shape, lengths, window, dtype, device, repeats, use_triton),
+        "indexed_attention": bench_indexed(shape, lengths, budgets, [1, 12], dtype, device, repeats, use_triton),
+        "rescore_share": bench_rescore_share(shape, share_length, share_budget, window, deltas, dtype, device, repeats),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = "dry-run" if args.dry_run else re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+    path = args.out / f"kernels-{tag}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Triton kernels against their PyTorch references, under the Triton interpreter on CPU.
+
+Tolerance (as flash-attention's tests): the kernel's error against an fp32 reference is at most twice the error
+of the PyTorch reference computed in the same dtype, plus a small floor for exact-zero cases.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from rift_hf.kernels import (
+    reference,  # noqa: E402
+    triton_ops,  # noqa: E402  (interpreted on CPU: see conftest)
+)
+
+DTYPES = [torch.float32, torch.float16]
+
+
+def _check(kernel_out, torch_out, exact, floor=1e-6):
+    kernel_err = (kernel_out.double() - exact.double()).abs().max().item()
+    torch_err = (torch_out.double() - exact.double()).abs().max().item()
+    assert kernel_err <= 2 * torch_err + floor, (kernel_err, torch_err)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("sinks", [False, True], ids=["nosink", "sink"])
+@pytest.mark.parametrize(
+    "h_kv, group, window, length, dim",
+    [(2, 1, 5, 37, 16), (1, 2, 8, 70, 32), (2, 7, 3, 129, 24), (1, 1, 1, 9, 16)],
+    ids=lambda v: str(v),
+)
+def test_window_attention_scores(h_kv, group, window, length, dim, sinks, dtype):
+    g = torch.Generator().manual_seed(0)
+    query = torch.randn(1, h_kv * group, window, dim, generator=g).to(dtype)
+    key = torch.randn(1, h_kv, length, dim, generator=g).to(dtype)
+    sink = torch.randn(h_kv * group, generator=g) if sinks else None
+    scale = dim**-0.5
+    exact = reference.window_attention_scores(query.float(), key.float(), scale, sink)
+    torch_out = reference.window_attention_scores(query, key, scale, sink)
+    got = triton_ops.window_attention_scores(query, key, scale, sink)
+    assert got.shape == (1, h_kv, length) and got.dtype == torch.float32
+    _check(got, torch_out, exact)
+
+
+def _reference_in_dtype(query, key, value, index, scale, sink):
+    """The PyTorch path in the input dtype: SDPA-like math without upcasting, on a gathered copy."""
+    b, h_q, length, dim = query.shape
+    h_kv = key.shape[1]
+    gather = index.unsqueeze(-1).expand(-1, -1, -1, dim)
+    k = torch.gather(key, 2, gather).repeat_interleave(h_q // h_kv, 1)
+    v = torch.gather(value, 2, gather).repeat_interleave(h_q // h_kv, 1)
+    logits = (query @ k.transpose(-1, -2)) * scale
+    k_sel = index.shape[-1]
+    causal = torch.arange(k_sel)[None, :] > torch.arange(k_sel - length, k_sel)[:, None]
+    logits = logits.masked_fill(causal, float("-inf"))
+    if sink is not None:
+        logits = torch.cat([logits, sink.to(query.dtype).view(1, -1, 1, 1).expand(b, -1, length, 1)], -1)
+        return torch.softmax(logits.float(), -1).to(query.dtype)[..., :-1] @ v
+    return torch.softmax(logits.float(), -1).to(query.dtype) @ v
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("sinks", [False, True], ids=["nosink", "sink"])
+@pytest.mark.parametrize("group", [1, 2, 7])
+@pytest.mark.parametrize("length", [1, 12])
+def test_indexed_attention(length, group, sinks, dtype):
+    g = torch.Generator().manual_seed(1)
+    h_kv, store, k_sel, dim = 2, 150, 45, 24
+    query = torch.randn(1, h_kv * group, length, dim, generator=g).to(dtype)
+    key = torch.randn(1, h_kv, store, dim, generator=g).to(dtype)
+    value = torch.randn(1, h_kv, store, dim, generator=g).to(dtype)
+    # Per head: a scattered selection of older rows, then the queries' own rows at the end of the store.
+    older = torch.stack(
+        [torch.randperm(store - length, generator=g)[: k_sel - length].sort().values for _ in range(h_kv)]
+    )
+    own = torch.arange(store - length, store).expand(h_kv, -1)
+    index = torch.cat([older, own], -1)[None]
+    sink = torch.randn(h_kv * group, generator=g) if sinks else None
+    scale = dim**-0.5
+    exact = reference.indexed_attention(query.float(), key.float(), value.float(), index, scale, sink)
+    torch_out = _reference_in_dtype(query, key, value, index, scale, sink)
+    got = triton_ops.indexed_attention(query, key, value, index, scale, sink)
+    assert got.shape == query.shape and got.dtype == dtype
+    _check(got, torch_out, exact, floor=1e-5)
+
+
+def test_assisted_output_identical_with_triton_scoring(monkeypatch):
+    from tiny import draft_target_pair, make_prompt
+
+    import rift_hf
+
+    target, draft = draft_target_pair("llama")
+    ids = make_prompt(40, seed=3)
+    config = {"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4}
+    runs = {}
+    for mode in ("torch", "triton"):
+        monkeypatch.setenv("RIFT_HF_KERNELS", mode)
+        out = target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=24,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config=config,
+        )
+        stats = rift_hf.last_stats(target)
+        runs[mode] = (out, [r["accepted"] for r in stats.rounds], len(stats.rescorings))
+    assert torch.equal(runs["torch"][0], runs["triton"][0])
+    assert runs["torch"][1:] == runs["triton"][1:]
+    assert runs["triton"][2] > 0
