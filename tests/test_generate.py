@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
 from transformers import DynamicCache, StaticCache
 
 import rift_hf
 from rift_hf import POLICIES, RiftCache
+from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
 
 GAMMA = 4
 PROMPT = 40

@@ -86,9 +86,8 @@ def test_indexed_attention(length, group, sinks, dtype):
 
 
 def test_assisted_output_identical_with_triton_scoring(monkeypatch):
-    from tiny import draft_target_pair, make_prompt
-
     import rift_hf
+    from tiny import draft_target_pair, make_prompt
 
     target, draft = draft_target_pair("llama")
     ids = make_prompt(40, seed=3)

@@ -3,9 +3,8 @@
 import pathlib
 import re
 
-from tiny import draft_target_pair, make_prompt
-
 import rift_hf
+from tiny import draft_target_pair, make_prompt
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 

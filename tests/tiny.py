@@ -75,6 +75,22 @@ CONFIGS = {
         mamba_chunk_size=16,
         **_COMMON,
     ),
+    "jamba": dict(
+        model_type="jamba",
+        num_hidden_layers=2,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        num_experts=2,
+        num_experts_per_tok=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        mamba_dt_rank=8,
+        use_mamba_kernels=False,
+        **{k: v for k, v in _COMMON.items() if k != "head_dim"},
+    ),
     "lfm2": dict(
         model_type="lfm2",
         num_hidden_layers=2,
@@ -84,7 +100,9 @@ CONFIGS = {
     ),
 }
 
-ARCHITECTURES = list(CONFIGS)
+# Drafter architectures claimed by the core issue; Jamba is exercised as a stateful target.
+ARCHITECTURES = [arch for arch in CONFIGS if arch != "jamba"]
+STATEFUL_TARGETS = ("qwen3_next", "qwen3_5", "nemotron_h", "jamba")
 
 
 def tiny_model(arch: str, seed: int = 0, dtype=torch.float32, attn: str | None = None, **overrides):

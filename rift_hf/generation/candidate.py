@@ -64,6 +64,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.assistant_kwargs["past_key_values"] = self.cache
         self.stats = RiftStats(policy=self.rift_config.policy)
         self._pending: dict | None = None
+        target_cache = model_kwargs.get("past_key_values")
+        self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None
 
     def _generate_candidates(self, generation_args: dict):
         device = self.assistant_model.device
@@ -72,6 +74,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
         _sync(device)
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
+        if self.target_cache is not None:
+            self.target_cache.pending_drafts = drafted
         logits = candidate_logits[0].float()
         entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # [drafted]
         self._pending = {"drafted": drafted, "draft_seconds": time.perf_counter() - tick, "entropy": entropy.tolist()}

@@ -17,6 +17,7 @@ from transformers.generation.utils import GenerationMixin
 from ..cache import RiftCache
 from ..config import RiftConfig
 from .candidate import RiftCandidateGenerator, use_rift_attention
+from .stateful import needs_verifier, verifier_cache
 from .stats import RiftStats
 
 NAME = "rift"
@@ -66,8 +67,12 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
             "(a RiftCache instance can be passed as `past_key_values` alone)."
         )
     if generation_mode == GenerationMode.ASSISTED_GENERATION:
-        # The target verifies with a full cache: only the drafter is compressed (RiftCandidateGenerator).
-        model_kwargs["past_key_values"] = DynamicCache(config=self.config.get_text_config(decoder=True))
+        # The target verifies with a full cache: only the drafter is compressed (RiftCandidateGenerator). A stateful
+        # target gets a full RiftCache that rolls its states back (stateful.py).
+        if needs_verifier(self):
+            model_kwargs["past_key_values"] = verifier_cache(self)
+        else:
+            model_kwargs["past_key_values"] = DynamicCache(config=self.config.get_text_config(decoder=True))
         return None
     use_rift_attention(self, rift_config)
     cache = RiftCache(self.config, rift_config)
@@ -128,6 +133,22 @@ def _get_candidate_generator(
     return generator
 
 
+def _validate_generation_mode(self, generation_mode, generation_config, generation_mode_kwargs):
+    original = _ORIGINALS["_validate_generation_mode"]
+    rift_assisted = (
+        generation_mode == GenerationMode.ASSISTED_GENERATION and generation_config.cache_implementation == NAME
+    )
+    if not (rift_assisted and self._is_stateful):
+        return original(self, generation_mode, generation_config, generation_mode_kwargs)
+    # transformers refuses stateful targets because a rejection cannot be rolled back; rift's verifier cache does
+    # roll back, so the refusal is lifted for this call only.
+    self._is_stateful = False
+    try:
+        return original(self, generation_mode, generation_config, generation_mode_kwargs)
+    finally:
+        del self._is_stateful
+
+
 def apply() -> None:
     """Install the patches (idempotent)."""
     if _ORIGINALS:
@@ -137,6 +158,7 @@ def apply() -> None:
     for name, wrapper in (
         ("_prepare_cache_for_generation", _prepare_cache_for_generation),
         ("_get_candidate_generator", _get_candidate_generator),
+        ("_validate_generation_mode", _validate_generation_mode),
     ):
         _ORIGINALS[name] = getattr(GenerationMixin, name)
         setattr(GenerationMixin, name, wrapper)
