@@ -28,4 +28,4 @@ test: setup lint
 	$(BIN)/python -m pytest -q
 
 main: setup-models
-	$(BIN)/rift-hf compare --preset qwen-coder
+	$(BIN)/rift-hf compare --preset qwen-coder --new-tokens 64 --delta 32

@@ -13,6 +13,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .cache import ACTIVE_LAYER
+from .kernels import indexed_attention
 
 NAME = "rift"
 
@@ -93,6 +94,13 @@ def rift_attention_forward(
     if layer is not None and layer.layer_idx == getattr(module, "layer_idx", None):
         ACTIVE_LAYER.set(None)
         layer.observe(query, key, scale, sinks)
+        if layer.indexed:
+            if kwargs.get("softcap") is not None:
+                raise ValueError("Logit soft-capping is not supported by indexed attention; set RIFT_HF_KERNELS=torch.")
+            # `key`/`value` are the whole store; attend the kept rows in place (batch 1, no padding to mask).
+            index = layer.positions[None]  # [1, H_kv, K], ascending, the new tokens last
+            out = indexed_attention(query, key, value, index, scale, sinks)
+            return out.transpose(1, 2).contiguous(), None
     if attention_mask is not None and attention_mask.shape[-1] != key.shape[-2]:
         attention_mask = attention_mask[..., : key.shape[-2]]
     out = attend(query, key, value, attention_mask, scale, sinks, kwargs.get("softcap"), dropout)

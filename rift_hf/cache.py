@@ -29,6 +29,7 @@ from transformers.cache_utils import (
 )
 
 from .config import RiftConfig
+from .kernels import uses_triton
 from .policies import Signals, block_scores, keep_mask, schedule_for, select_blocks, select_tokens, snapkv_scores
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
@@ -66,6 +67,9 @@ class RiftLayer(DynamicLayer):
         self.drift_reference: torch.Tensor | None = None
         self.record_past = False
         self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
+        # Indexed mode: a store policy whose store sits on the compute device and whose kernels run in Triton keeps
+        # no working-set copy; the backend attends the store in place at `positions` (`indexed_attention`).
+        self.indexed = False
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -76,6 +80,10 @@ class RiftLayer(DynamicLayer):
                 *key_states.shape[:2], 0, key_states.shape[-1], dtype=self.dtype, device=store
             )
             self.store_values = torch.empty_like(self.store_keys)
+            on_device = torch.device(store) == torch.device(self.device)
+            self.indexed = (
+                on_device and self.cache.config.policy in ("rift-dyn", "rift-ada") and uses_triton(key_states)
+            )
 
     def activate_past_recording(self) -> None:
         self.record_past = True
@@ -87,15 +95,17 @@ class RiftLayer(DynamicLayer):
         q = key_states.shape[-2]
         new_positions = torch.arange(self.seen, self.seen + q, device=self.device)
         self.positions = torch.cat([self.positions, new_positions.expand(self.positions.shape[0], -1)], dim=-1)
-        self.keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = torch.cat([self.values, value_states], dim=-2)
         if self.store_keys is not None:
             self.store_keys = torch.cat([self.store_keys, key_states.to(self.store_keys.device)], dim=-2)
             self.store_values = torch.cat([self.store_values, value_states.to(self.store_values.device)], dim=-2)
         self.seen += q
         if not self.record_past:
-            self.committed = self.keys.shape[-2]
+            self.committed = self.stored
         ACTIVE_LAYER.set(self)
+        if self.indexed:
+            return self.store_keys, self.store_values
+        self.keys = torch.cat([self.keys, key_states], dim=-2)
+        self.values = torch.cat([self.values, value_states], dim=-2)
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
@@ -111,7 +121,7 @@ class RiftLayer(DynamicLayer):
 
     @property
     def stored(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
+        return 0 if self.positions is None else self.positions.shape[-1]
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -128,8 +138,9 @@ class RiftLayer(DynamicLayer):
                 "and older entries may have been evicted. Call `activate_past_recording()` before generating so "
                 "that compression waits for verification."
             )
-        self.keys = self.keys[..., :-n, :]
-        self.values = self.values[..., :-n, :]
+        if not self.indexed:
+            self.keys = self.keys[..., :-n, :]
+            self.values = self.values[..., :-n, :]
         self.positions = self.positions[:, :-n]
         if self.store_keys is not None:
             self.store_keys = self.store_keys[..., :-n, :]
@@ -189,9 +200,10 @@ class RiftLayer(DynamicLayer):
             qi = query[:, :, i].float().view(query.shape[0], h_kv, group, -1)
             logits = torch.einsum("bhgd,bhtd->bhgt", qi, store[:, :, : pos + 1].float()) * self.scale
             probs = torch.softmax(logits, dim=-1)  # [B, H_kv, G, pos + 1]
-            kept = torch.zeros(h_kv, pos + 1, dtype=torch.bool, device=query.device)
             visible = self.positions.to(query.device)
-            kept.scatter_(1, visible.clamp(max=pos), visible <= pos)
+            # Mark the retained positions up to `pos` (later ones are clamped onto `pos` and contribute 0).
+            kept = torch.zeros(h_kv, pos + 1, device=query.device)
+            kept.scatter_reduce_(1, visible.clamp(max=pos), (visible <= pos).float(), reduce="amax")
             share = (probs * kept[None, :, None, :]).sum(-1).mean().item()
             self.mass_log.append((pos, share))
 
@@ -267,11 +279,13 @@ class RiftLayer(DynamicLayer):
 
     def _set_working_set(self, keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor, positions) -> None:
         """Keep rows `index` (`[H_kv, K]`) of `keys`/`values` (`[B, H_kv, T, D]`) as the working set."""
+        self.positions = positions.to(self.device)
+        if self.indexed:
+            return
         index = index.to(keys.device)
         gather = index[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
         self.keys = torch.gather(keys, 2, gather).to(self.device)
         self.values = torch.gather(values, 2, gather).to(self.device)
-        self.positions = positions.to(self.device)
 
     def _rescore(self) -> None:
         """Re-select from the whole store with the last `w` queries, and rebuild the working set from it."""

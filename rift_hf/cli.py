@@ -16,6 +16,8 @@ from tqdm.auto import tqdm
 import rift_hf
 
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
+METRIC = Path(__file__).resolve().parent / "metrics" / "acceptance_length"
+SUMMARY_KEYS = ("experiment", "preset", "policy", "compression", "input_tokens", "output_tokens")
 
 
 def machine() -> str:
@@ -77,7 +79,6 @@ def compare(
                 stats = rift_hf.last_stats(target)
                 if policy == "full":
                     full_output = out
-                drafted = max(stats.drafted, 1)
                 runs.append(
                     {
                         "prompt": prompt.name,
@@ -88,7 +89,9 @@ def compare(
                         "budget": stats.budget,
                         "al": stats.acceptance_length,
                         "rounds": len(stats.rounds),
-                        "draft_ms_per_token": 1000 * stats.draft_seconds / drafted,
+                        "accepted": [r["accepted"] for r in stats.rounds],
+                        # Decode rounds only: the first round also holds the drafter's prefill.
+                        "draft_ms_per_token": stats.decode_ms_per_draft_token,
                         "rescorings": len(stats.rescorings),
                         "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
                         "tokens_per_s": (out.shape[1] - prompt.tokens) / seconds,
@@ -98,21 +101,28 @@ def compare(
                     }
                 )
                 bar.update()
-    full_al = {r["prompt"]: r["al"] for r in runs if r["policy"] == "full"}
-    for r in runs:
-        r["retention"] = r["al"] / full_al[r["prompt"]] if r["prompt"] in full_al else None
+    import evaluate
+
+    metric = evaluate.load(str(METRIC))
+    reference = {r["prompt"]: r["accepted"] for r in runs if r["policy"] == "full"}
     summary = []
     for policy in policies:
         rows = [r for r in runs if r["policy"] == policy]
-        retention = [r["retention"] for r in rows if r["retention"] is not None]
+        scores = metric.compute(
+            accepted=[r["accepted"] for r in rows], reference_accepted=[reference[r["prompt"]] for r in rows]
+        )
+        for row, ratio in zip(rows, scores["retention_per_request"], strict=True):
+            row["retention"] = ratio
         summary.append(
             {
                 "policy": policy,
-                "al": statistics.mean(r["al"] for r in rows),
-                "retention_mean": statistics.mean(retention) if retention else None,
-                "retention_min": min(retention) if retention else None,
-                "retention_max": max(retention) if retention else None,
+                "al": scores["acceptance_length"],
+                "retention": scores["retention"],
+                "retention_mean": statistics.mean(scores["retention_per_request"]),
+                "retention_min": scores["retention_min"],
+                "retention_max": scores["retention_max"],
                 "draft_ms_per_token": statistics.mean(r["draft_ms_per_token"] for r in rows),
+                "rescore_share": statistics.mean(r["rescore_share"] for r in rows),
                 "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rows),
                 "speedup": statistics.mean(r["speedup"] for r in rows),
                 "lossless": all(r["same_as_full_drafter"] in (True, None) for r in rows),
@@ -136,9 +146,36 @@ def compare(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    update_summary(result, "main", out_dir.parent / "summary.json")
     table = markdown_table(result)
     (out_dir / "compare.md").write_text(table)
     return result
+
+
+def update_summary(result: dict, experiment: str, path: Path) -> None:
+    """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`."""
+    records = json.loads(path.read_text()) if path.exists() else []
+    input_tokens = round(statistics.mean(r["input_tokens"] for r in result["runs"]))
+    for s in result["summary"]:
+        record = {
+            "experiment": experiment,
+            "preset": result["preset"],
+            "policy": s["policy"],
+            "compression": result["compression"],
+            "input_tokens": input_tokens,
+            "output_tokens": result["new_tokens"],
+            "al": s["al"],
+            "retention": s["retention"],
+            "draft_ms_per_token": s["draft_ms_per_token"],
+            "rescore_share": s["rescore_share"],
+            "date": result["date"],
+            "machine": result["machine"],
+            "dtype": result["dtype"],
+            "prompts": result["prompts"],
+        }
+        key = tuple(record[k] for k in SUMMARY_KEYS)
+        records = [r for r in records if tuple(r.get(k) for k in SUMMARY_KEYS) != key] + [record]
+    path.write_text(json.dumps(records, indent=2) + "\n")
 
 
 def markdown_table(result: dict) -> str:
@@ -148,7 +185,7 @@ def markdown_table(result: dict) -> str:
         f"{result['dtype']}, {result['machine']}, {result['date']}\n\n"
     )
     lines = [
-        "| policy | AL | retention (mean, min-max) | drafter ms/token | tokens/s | speedup vs target alone | "
+        "| policy | AL | retention (mean, min-max) | drafter decode ms/token | tokens/s | speedup vs target alone | "
         "same output as full drafter |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -186,7 +223,7 @@ def main(argv=None) -> None:
     cmp.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
     cmp.add_argument("--input-tokens", type=int, default=1024, help="approximate source tokens per prompt")
-    cmp.add_argument("--new-tokens", type=int, default=128)
+    cmp.add_argument("--new-tokens", type=int, default=64)
     cmp.add_argument("--per-task", type=int, default=1, help="prompts per task (repeat, continue)")
     cmp.add_argument("--gamma", type=int, default=11)
     cmp.add_argument("--window", type=int, default=64)

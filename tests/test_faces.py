@@ -1,5 +1,7 @@
 """The real-model loader's errors and the compare table, without real weights."""
 
+import json
+
 import pytest
 
 from rift_hf.cli import markdown_table, write_into_readme
@@ -49,3 +51,40 @@ def test_table_and_readme_block(tmp_path):
     write_into_readme(table, readme)
     text = readme.read_text()
     assert "old" not in text and "| full | 3.00" in text and text.endswith("<!-- compare:end -->\nb\n")
+
+
+def test_summary_records_are_upserted_by_key(tmp_path):
+    from rift_hf.cli import update_summary
+
+    result = {
+        "preset": "p",
+        "compression": 4.0,
+        "new_tokens": 64,
+        "date": "d",
+        "machine": "m",
+        "dtype": "bfloat16",
+        "prompts": 2,
+        "runs": [{"input_tokens": 1000}, {"input_tokens": 1002}],
+        "summary": [{"policy": "swa", "al": 2.0, "retention": 0.5, "draft_ms_per_token": 9.0, "rescore_share": 0.0}],
+    }
+    path = tmp_path / "summary.json"
+    update_summary(result, "main", path)
+    result["summary"][0]["al"] = 3.0
+    update_summary(result, "main", path)
+    records = json.loads(path.read_text())
+    assert len(records) == 1 and records[0]["al"] == 3.0 and records[0]["input_tokens"] == 1001
+    assert {
+        "experiment",
+        "preset",
+        "policy",
+        "compression",
+        "input_tokens",
+        "output_tokens",
+        "al",
+        "retention",
+        "draft_ms_per_token",
+        "rescore_share",
+        "date",
+        "machine",
+        "dtype",
+    } <= set(records[0])

@@ -93,6 +93,11 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     ids = make_prompt(40, seed=3)
     config = {"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4}
     runs = {}
+    calls = []
+    import rift_hf.attention as backend
+
+    original = backend.indexed_attention
+    monkeypatch.setattr(backend, "indexed_attention", lambda *a, **k: calls.append(1) or original(*a, **k))
     for mode in ("torch", "triton"):
         monkeypatch.setenv("RIFT_HF_KERNELS", mode)
         out = target.generate(
@@ -108,3 +113,4 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     assert torch.equal(runs["torch"][0], runs["triton"][0])
     assert runs["torch"][1:] == runs["triton"][1:]
     assert runs["triton"][2] > 0
+    assert calls, "the Triton path never attended the store in place"

@@ -43,6 +43,13 @@ class RiftStats:
         return sum(r["draft_seconds"] for r in self.rounds)
 
     @property
+    def decode_ms_per_draft_token(self) -> float:
+        """Drafter time per drafted token, leaving out the first round (which includes the drafter's prefill)."""
+        rounds = self.rounds[1:]
+        drafted = sum(r["drafted"] for r in rounds)
+        return 1000 * sum(r["draft_seconds"] for r in rounds) / drafted if drafted else float("nan")
+
+    @property
     def rescore_seconds(self) -> float:
         return sum(e["seconds"] for e in self.rescorings)
 
@@ -55,6 +62,7 @@ class RiftStats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "draft_seconds": self.draft_seconds,
+            "decode_ms_per_draft_token": self.decode_ms_per_draft_token,
             "rescore_seconds": self.rescore_seconds,
             "rounds": self.rounds,
             "rescorings": self.rescorings,
