@@ -540,6 +540,22 @@ class RiftCache(Cache):
                 values.append(1.0 - float(now @ layer.drift_reference))
         return sum(values) / len(values) if values else None
 
+    def kv_bytes(self) -> dict[str, int]:
+        """Bytes held now: `working` (what attention reads: compressed working sets and other attention layers)
+        and `store` (the full stores kept by rift-dyn/ada or the attention-mass measurement)."""
+        working = store = 0
+        for layer in self.layers:
+            if isinstance(layer, RiftLayer):
+                if layer.store_keys is not None:
+                    per_entry = layer.store_keys.element_size() * layer.store_keys.shape[1] * layer.store_keys.shape[-1]
+                    store += 2 * layer.store_keys.numel() * layer.store_keys.element_size()
+                    working += 2 * layer.stored * per_entry if layer.indexed else 0
+                if not layer.indexed and layer.keys is not None:
+                    working += 2 * layer.keys.numel() * layer.keys.element_size()
+            elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", False):
+                working += 2 * layer.keys.numel() * layer.keys.element_size()
+        return {"working": working, "store": store}
+
     def attention_mass_log(self) -> list[tuple[int, float]]:
         """`(position, share)` averaged over compressed layers (measurement mode, `track_attention_mass=True`)."""
         per_position: dict[int, list[float]] = {}

@@ -91,6 +91,11 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.cache.signals.observe_round(accepted, entropies[: accepted + 1])
         self.stats.rounds.append({**pending, "accepted": accepted, "signals": self.cache.signals.snapshot()})
         self.stats.rescorings = self.cache.events
+        held = self.cache.kv_bytes()
+        self.stats.peak_kv_bytes = max(self.stats.peak_kv_bytes, held["working"])
+        self.stats.peak_store_bytes = max(self.stats.peak_store_bytes, held["store"])
+        if self.rift_config.track_attention_mass:
+            self.stats.attention_mass = self.cache.attention_mass_log()
         self.stats.prompt_tokens = self.cache.prompt_length
         budget = self.cache.budget
         self.stats.budget = None if math.isinf(budget) else int(budget)

@@ -15,6 +15,8 @@ class RiftStats:
         rounds: one dict per target verification round: `drafted`, `accepted`, `draft_seconds`, `signals`.
         rescorings: one dict per rescoring: `position`, `seconds`, `reason`, `signals`.
         prompt_tokens, budget: the resolved budget in tokens (`None` for `full`).
+        peak_kv_bytes, peak_store_bytes: drafter KV memory, working set and full store, peak after each round.
+        attention_mass: `(position, share)` of full-cache attention mass on kept positions (measurement mode).
     """
 
     policy: str
@@ -22,6 +24,9 @@ class RiftStats:
     rescorings: list[dict] = field(default_factory=list)
     prompt_tokens: int | None = None
     budget: int | None = None
+    peak_kv_bytes: int = 0  # drafter KV that attention reads (working sets, sliding windows), peak over rounds
+    peak_store_bytes: int = 0  # full stores of rift-dyn/ada (or the measurement mode), peak over rounds
+    attention_mass: list = field(default_factory=list)  # (position, share kept), with track_attention_mass
 
     @property
     def acceptance_length(self) -> float:
@@ -64,6 +69,8 @@ class RiftStats:
             "draft_seconds": self.draft_seconds,
             "decode_ms_per_draft_token": self.decode_ms_per_draft_token,
             "rescore_seconds": self.rescore_seconds,
+            "peak_kv_bytes": self.peak_kv_bytes,
+            "peak_store_bytes": self.peak_store_bytes,
             "rounds": self.rounds,
             "rescorings": self.rescorings,
         }
