@@ -7,6 +7,7 @@ import datetime
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -230,9 +231,15 @@ def main(argv=None) -> None:
     cmp.add_argument("--delta", type=int, default=128)
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
+    sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
     tab.add_argument("result", type=Path)
     tab.add_argument("--readme", type=Path)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:
+        from rift_hf.demo.app import main as demo_main
+
+        return demo_main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "table":
         table = markdown_table(json.loads(args.result.read_text()))
