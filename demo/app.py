@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 import matplotlib
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
@@ -180,11 +181,10 @@ def run_policy(
     window: int,
     result: PolicyRun,
 ):
-    """Generator: runs one policy in a thread, yielding as each round arrives."""
-    for model in (preset.draft,):
-        model.generation_config.num_assistant_tokens = int(gamma)
-        model.generation_config.num_assistant_tokens_schedule = "constant"
-        model.generation_config.assistant_confidence_threshold = 0.0
+    """Generator: runs one policy in a thread, yielding as each round arrives; closing it cancels the run."""
+    preset.draft.generation_config.num_assistant_tokens = int(gamma)
+    preset.draft.generation_config.num_assistant_tokens_schedule = "constant"
+    preset.draft.generation_config.assistant_confidence_threshold = 0.0
     budget_tokens = max(1, int(budget * ids.shape[1]))
     config = {
         "policy": policy,
@@ -195,6 +195,7 @@ def run_policy(
     }
     streamer = RoundStreamer()
     error: list = []
+    cancelled = threading.Event()
 
     def work():
         try:
@@ -206,6 +207,7 @@ def run_policy(
                     min_new_tokens=int(new_tokens),
                     do_sample=False,
                     streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([StopOn(cancelled)]),
                     cache_implementation="rift",
                     cache_config=config,
                 )
@@ -215,15 +217,13 @@ def run_policy(
 
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
-    while (tokens := streamer.rounds.get()) is not None:
-        accepted, corrected = tokens[:-1], tokens[-1:]
-        if accepted:
-            result.spans.append((preset.decode(accepted), True))
-        result.spans.append((preset.decode(corrected), False))
-        result.rounds.append(len(accepted))
-        result.al = sum(a + 1 for a in result.rounds) / len(result.rounds)
-        yield
-    thread.join()
+    try:
+        yield from _follow(preset, streamer, result)
+    finally:
+        # Cancelled (the page's Cancel closes this generator) or done: stop generate and wait for it, so the next
+        # queued run never shares the models with a running one.
+        cancelled.set()
+        thread.join()
     if error:
         raise gr.Error(f"{policy} failed: {error[0]}")
     stats = rift_hf.last_stats(preset.target)
@@ -236,6 +236,28 @@ def run_policy(
     result.al = stats.acceptance_length
     result.done = True
     yield
+
+
+def _follow(preset: Preset, streamer: RoundStreamer, result: PolicyRun):
+    """Yield once per verification round, recording accepted drafts and the target's own token."""
+    while (tokens := streamer.rounds.get()) is not None:
+        accepted, corrected = tokens[:-1], tokens[-1:]
+        if accepted:
+            result.spans.append((preset.decode(accepted), True))
+        result.spans.append((preset.decode(corrected), False))
+        result.rounds.append(len(accepted))
+        result.al = sum(a + 1 for a in result.rounds) / len(result.rounds)
+        yield
+
+
+class StopOn(StoppingCriteria):
+    """Stops generation once `event` is set (a cancelled run)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def render(runs: list[PolicyRun]) -> str:

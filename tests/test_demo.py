@@ -1,66 +1,21 @@
 """The Gradio demo on the tiny random preset: its `compare` API through gradio_client, and a real browser."""
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("gradio")
 client_module = pytest.importorskip("gradio_client")
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from rift_hf.demo.browser import CHROMIUM, run_in_browser, serve  # noqa: E402
+
 PROMPT = "def parse(argv):\n    options = {}\n    for arg in argv:\n        key, _, value = arg.partition('=')\n" * 8
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "demo" / "app.py"), "--preset", "tiny-random", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read().decode(errors="replace")) from None
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        raise RuntimeError("the demo did not start within 120 s")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
+    with serve("tiny-random", startup_s=120) as url:
+        yield url
 
 
 def test_compare_endpoint_and_bad_input(server):
@@ -79,9 +34,8 @@ def test_compare_endpoint_and_bad_input(server):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
 def test_browser_runs_a_comparison(server, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     screenshot = run_in_browser(
-        sync_api,
         server,
         PROMPT,
         ["full", "swa", "rift-dyn"],
@@ -92,38 +46,13 @@ def test_browser_runs_a_comparison(server, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
-def run_in_browser(sync_api, url, prompt, policies, new_tokens, out, user_data, preset=None, timeout_s=180):
-    """Drive the page like a person: type a prompt, pick policies, press Run, wait for every AL and the plot."""
-    with sync_api.sync_playwright() as play:
-        browser = play.chromium.launch_persistent_context(
-            str(user_data),
-            executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1300, "height": 1500},
-        )
-        page = browser.new_page()
-        page.goto(url)
-        if preset:
-            page.get_by_label("preset").click()
-            page.get_by_role("option", name=preset).click()
-        page.locator("#prompt textarea").fill(prompt)
-        for box in page.get_by_role("checkbox").all():
-            name = box.get_attribute("value") or box.evaluate("el => el.parentElement.innerText").strip()
-            if (name in policies) != box.is_checked():
-                box.click()
-        page.get_by_label("new tokens").fill(str(new_tokens))
-        page.locator("#run").click()
-        page.wait_for_function(
-            "n => document.querySelectorAll('#output .al').length >= n && "
-            "[...document.querySelectorAll('#output .al')].every(e => !isNaN(parseFloat(e.textContent))) && "
-            "!document.querySelector('#output').textContent.includes('running')",
-            arg=len(policies),
-            timeout=timeout_s * 1000,
-        )
-        page.locator("#plot img").first.wait_for(timeout=timeout_s * 1000)
-        shown = page.locator("#output .al").all_inner_texts()
-        assert len(shown) == len(policies) and all(float(v) >= 1.0 for v in shown), shown
-        page.screenshot(path=str(out), full_page=True)
-        browser.close()
-    return out
+def test_a_cancelled_run_frees_the_queue(server):
+    client = client_module.Client(server, verbose=False)
+    args = ("tiny-random", PROMPT, "(none)", 0.25, 4, ["full", "swa", "snapkv", "rift-stat", "rift-dyn"], 2000)
+    long_job = client.submit(*args, api_name="/compare_stream")
+    deadline = time.time() + 60
+    while not long_job.outputs() and time.time() < deadline:  # wait until it streams
+        time.sleep(0.2)
+    long_job.cancel()
+    quick = client.submit("tiny-random", PROMPT, 0.5, 4, ["swa"], 8, api_name="/compare")
+    assert quick.result(timeout=90)[0]["policy"] == "swa"

@@ -1,0 +1,139 @@
+"""Drive the demo in a real browser (Debian's chromium through Playwright): used by the test suite, and to take
+the README screenshot of a real-preset run.
+
+    python demo/browser.py --preset qwen-coder --out demo/screenshot.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Flags for a closed network: no background connections, no sandbox as root, no GPU.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+APP = Path(__file__).resolve().parent / "app.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serve(preset: str, startup_s: float = 600):
+    """Start the demo on a loopback port; yields its URL, stops it afterwards."""
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), "--preset", preset, "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + startup_s
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(proc.stdout.read().decode(errors="replace")) from None
+                if time.time() > deadline:
+                    raise RuntimeError(f"the demo did not start within {startup_s} s") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def run_in_browser(url, prompt, policies, new_tokens, out, user_data, preset=None, timeout_s=180):
+    """Type a prompt, pick policies, press Run, wait for every AL and the plot, then take a screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    if CHROMIUM is None:
+        raise RuntimeError("chromium is not installed: apt-get install chromium")
+    with sync_playwright() as play:
+        browser = play.chromium.launch_persistent_context(
+            str(user_data),
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1300, "height": 1500},
+        )
+        page = browser.new_page()
+        page.goto(url)
+        if preset:
+            page.get_by_label("preset").click()
+            page.get_by_role("option", name=preset).click()
+        page.locator("#prompt textarea").fill(prompt)
+        for box in page.get_by_role("checkbox").all():
+            name = box.get_attribute("value") or box.evaluate("el => el.parentElement.innerText").strip()
+            if (name in policies) != box.is_checked():
+                box.click()
+        page.get_by_label("new tokens").fill(str(new_tokens))
+        page.locator("#run").click()
+        page.wait_for_function(
+            "n => document.querySelectorAll('#output .al').length >= n && "
+            "[...document.querySelectorAll('#output .al')].every(e => !isNaN(parseFloat(e.textContent))) && "
+            "!document.querySelector('#output').textContent.includes('running')",
+            arg=len(policies),
+            timeout=timeout_s * 1000,
+        )
+        page.locator("#plot img").first.wait_for(timeout=timeout_s * 1000)
+        shown = page.locator("#output .al").all_inner_texts()
+        if len(shown) != len(policies) or not all(float(v) >= 1.0 for v in shown):
+            raise AssertionError(f"expected a numeric AL per policy, got {shown}")
+        page.screenshot(path=str(out), full_page=True)
+        browser.close()
+    return Path(out)
+
+
+def main(argv=None) -> None:
+    import inspect
+    import tempfile
+    import textwrap
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="qwen-coder")
+    parser.add_argument("--out", type=Path, default=Path("demo/screenshot.png"))
+    parser.add_argument("--new-tokens", type=int, default=48)
+    args = parser.parse_args(argv)
+    prompt = "Write the same code again, unchanged:\n\n" + textwrap.dedent(inspect.getsource(textwrap.shorten))
+    prompt += textwrap.dedent(inspect.getsource(textwrap.indent)) + textwrap.dedent(inspect.getsource(textwrap.dedent))
+    with serve(args.preset) as url, tempfile.TemporaryDirectory() as profile:
+        run_in_browser(
+            url,
+            prompt,
+            ["full", "swa", "snapkv", "rift-stat", "rift-dyn"],
+            args.new_tokens,
+            args.out,
+            profile,
+            timeout_s=1800,
+        )
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
