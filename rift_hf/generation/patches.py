@@ -1,8 +1,11 @@
 """Every patch of transformers that rift_hf applies, in one place (written against transformers 5.23).
 
 transformers has no registry for `cache_implementation` names nor a `candidate_generator=` argument, so
-`import rift_hf` wraps two `GenerationMixin` methods. Each wrapper handles `cache_implementation="rift"` and
-delegates everything else, unchanged, to the original.
+`import rift_hf` adds "rift" to the valid names and wraps three `GenerationMixin` methods
+(`_prepare_cache_for_generation`, `_get_candidate_generator`, `_validate_generation_mode`). Each wrapper handles
+`cache_implementation="rift"` and delegates everything else, unchanged, to the original. The only other patch is
+per instance and opt-in: a stateful target's `forward` / `prepare_inputs_for_generation` wrappers (`stateful.py`),
+installed the first time such a target runs with rift, and transparent for every other call.
 """
 
 from __future__ import annotations
