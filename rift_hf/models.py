@@ -46,9 +46,10 @@ class ModelSpec:
             if hasattr(mod, "get_part_path"):
                 paths.append(Path(mod.get_part_path()))
             else:
+                # Parts ship their chunk under data/ (a base package may ship only licence files there).
                 data = Path(importlib.util.find_spec(module).origin).parent / "data"
                 if data.is_dir():
-                    paths.extend(sorted(p for p in data.iterdir() if p.is_file()))
+                    paths.extend(sorted(p for p in data.iterdir() if p.is_file() and ".gguf" in p.name))
         return paths
 
 
