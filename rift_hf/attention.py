@@ -91,7 +91,7 @@ def rift_attention_forward(
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     sinks = kwargs.get("s_aux")
     layer = ACTIVE_LAYER.get()
-    if layer is not None and layer.layer_idx == getattr(module, "layer_idx", None):
+    if layer is not None and key is layer.returned_keys:
         ACTIVE_LAYER.set(None)
         layer.observe(query, key, scale, sinks)
         if layer.indexed:

@@ -33,7 +33,8 @@ from .kernels import uses_triton
 from .policies import Signals, block_scores, keep_mask, schedule_for, select_blocks, select_tokens, snapkv_scores
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
-# attention module, hands it the queries that `update` never sees.
+# attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
+# this layer returned, so another model's attention can never feed this cache).
 ACTIVE_LAYER: ContextVar[RiftLayer | None] = ContextVar("rift_active_layer", default=None)
 
 _PASSTHROUGH_TYPES = ("sliding_attention", "chunked_attention", "dummy")
@@ -70,6 +71,7 @@ class RiftLayer(DynamicLayer):
         # Indexed mode: a store policy whose store sits on the compute device and whose kernels run in Triton keeps
         # no working-set copy; the backend attends the store in place at `positions` (`indexed_attention`).
         self.indexed = False
+        self.returned_keys: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -101,12 +103,16 @@ class RiftLayer(DynamicLayer):
         self.seen += q
         if not self.record_past:
             self.committed = self.stored
-        ACTIVE_LAYER.set(self)
         if self.indexed:
-            return self.store_keys, self.store_values
-        self.keys = torch.cat([self.keys, key_states], dim=-2)
-        self.values = torch.cat([self.values, value_states], dim=-2)
-        return self.keys, self.values
+            out = self.store_keys, self.store_values
+        else:
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+            out = self.keys, self.values
+        # The backend recognises this forward by the very key tensor handed back here.
+        self.returned_keys = out[0]
+        ACTIVE_LAYER.set(self)
+        return out
 
     def get_seq_length(self) -> int:
         return self.seen
