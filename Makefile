@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: main test setup setup-models setup-browser lint
+.PHONY: main test smoke setup setup-models setup-browser lint
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,9 +16,10 @@ $(BIN)/python:
 setup: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 
+PRESET ?= qwen-coder
 setup-models: setup
 	$(BIN)/pip install -q -e ".[bench]"
-	$(BIN)/python -m rift_hf.models install qwen-coder
+	$(BIN)/python -m rift_hf.models install $(PRESET)
 
 # The demo's browser test drives Debian's chromium; without it (and without root to install it) that test skips.
 setup-browser:
@@ -32,6 +33,11 @@ lint: setup
 
 test: setup setup-browser lint
 	$(BIN)/python -m pytest -q
+
+# Real weights on the smallest preset (CI runs this after `make test`).
+smoke:
+	$(MAKE) setup-models PRESET=gemma3-self
+	$(BIN)/python -m pytest -q -m slow tests/test_real_models.py
 
 main: setup-models
 	$(BIN)/rift-hf compare --preset qwen-coder --new-tokens 64 --delta 32
