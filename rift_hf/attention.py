@@ -7,6 +7,8 @@ passes it the queries. Registered additively under the name "rift" in transforme
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
@@ -16,6 +18,10 @@ from .cache import ACTIVE_LAYER
 from .kernels import indexed_attention
 
 NAME = "rift"
+
+# Training only: per-layer boolean masks `[B, H_kv, L_q, L_kv]` (True = attend) that replace the model's mask, so a
+# full-sequence forward sees exactly what a compressed cache would keep (set by `rift_hf.training`).
+LAYER_MASKS: ContextVar[dict[int, torch.Tensor] | None] = ContextVar("rift_layer_masks", default=None)
 
 
 def attend(
@@ -101,6 +107,10 @@ def rift_attention_forward(
             index = layer.positions[None]  # [1, H_kv, K], ascending, the new tokens last
             out = indexed_attention(query, key, value, index, scale, sinks)
             return out.transpose(1, 2).contiguous(), None
+    masks = LAYER_MASKS.get()
+    if masks is not None and getattr(module, "layer_idx", None) in masks:
+        allowed = masks[module.layer_idx]
+        attention_mask = allowed.repeat_interleave(query.shape[1] // allowed.shape[1], dim=1)
     if attention_mask is not None and attention_mask.shape[-1] != key.shape[-2]:
         attention_mask = attention_mask[..., : key.shape[-2]]
     out = attend(query, key, value, attention_mask, scale, sinks, kwargs.get("softcap"), dropout)

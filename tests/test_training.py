@@ -1,0 +1,119 @@
+"""Compressibility training: masks equal inference with the compressed cache; distillation lowers the loss."""
+
+import copy
+
+import pytest
+import torch
+from transformers import TrainingArguments
+
+from rift_hf import POLICIES, RiftCache
+from rift_hf.training import (
+    CompressionSampler,
+    RiftDistillationTrainer,
+    compressed_attention_masks,
+    distillation_loss,
+    masked_attention,
+)
+from tiny import make_prompt, tiny_model
+
+CONFIG = {
+    "budget": 16,
+    "window": 4,
+    "delta": 4,
+    "block_size": 4,
+    "n_sink": 1,
+    "a_min": 4,
+    "a_max": 8,
+    "check_interval": 2,
+    "drift_threshold": 0.01,
+}
+
+
+@pytest.mark.parametrize("policy", [p for p in POLICIES if p != "full"])
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt_oss", "qwen3_5"])
+def test_masked_forward_equals_inference_with_the_compressed_cache(arch, policy):
+    model = tiny_model(arch, seed=3, attn="rift")
+    ids, boundary = make_prompt(48, seed=4), 30
+    config = {"policy": policy, **CONFIG}
+    masks = compressed_attention_masks(model, ids, boundary, config)
+    with torch.no_grad():
+        cache = RiftCache(model.config, config)
+        steps = [model(ids[:, :boundary], past_key_values=cache, use_cache=True).logits[0, -1]]
+        for t in range(boundary, ids.shape[1]):
+            steps.append(model(ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits[0, -1])
+        with masked_attention(masks):
+            full = model(ids).logits[0, boundary - 1 :]
+    torch.testing.assert_close(torch.stack(steps), full, atol=1e-5, rtol=1e-4)
+    for mask in masks.values():
+        visible = mask[0, :, boundary:].sum(-1)  # per head and position after the boundary
+        assert int(visible.max()) <= 17 and int(visible.min()) >= 1
+        assert bool(
+            mask[0, :, :boundary].equal(
+                torch.ones(boundary, 48, dtype=torch.bool).tril().expand_as(mask[0, :, :boundary])
+            )
+        )
+
+
+def test_sampler_validates_and_mixes_unmasked_steps():
+    with pytest.raises(ValueError, match="range"):
+        CompressionSampler(budget=(0.3, 0.1))
+    with pytest.raises(ValueError, match="choose one of"):
+        CompressionSampler(policies=("h2o",))
+    sampler = CompressionSampler(unmasked_rate=0.5, overrides={"window": 4}, seed=1)
+    shapes = [sampler.sample() for _ in range(200)]
+    unmasked = sum(config is None for _, config in shapes)
+    assert 60 < unmasked < 140
+    assert all(0.5 <= b <= 0.8 for b, _ in shapes)
+    assert {c.policy for _, c in shapes if c is not None} == set(sampler.policies)
+
+
+class _Sequences(torch.utils.data.Dataset):
+    def __init__(self, n, length):
+        self.items = [make_prompt(length, seed=100 + i)[0] for i in range(n)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.items[i]}
+
+
+def test_a_few_trainer_steps_lower_the_distillation_loss(tmp_path):
+    student = tiny_model("llama", seed=5, attn="rift")
+    teacher = copy.deepcopy(student)  # self-distillation against the frozen full-context drafter
+    sampler = CompressionSampler(
+        boundary=(0.6, 0.6), budget=(0.25, 0.25), policies=("rift-stat",), unmasked_rate=0.0, overrides={"window": 4}
+    )
+    data = _Sequences(4, 40)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=12,
+        learning_rate=3e-3,
+        logging_steps=1,
+        report_to=[],
+        remove_unused_columns=False,
+        use_cpu=True,
+        save_strategy="no",
+    )
+
+    def evaluate_loss():
+        _, config = sampler.current
+        losses = []
+        for item in data.items:
+            ids = item[None]
+            masks = compressed_attention_masks(student, ids, 24, config)
+            with torch.no_grad():
+                target = teacher(ids).logits[0]  # full context: outside the masked block
+                with masked_attention(masks):
+                    losses.append(distillation_loss(student(ids).logits[0], target, 24))
+        return float(torch.stack(losses).mean())
+
+    sampler.sample()
+    before = evaluate_loss()
+    trainer = RiftDistillationTrainer(model=student, args=args, train_dataset=data, sampler=sampler, teacher=teacher)
+    trainer.train()
+    after = evaluate_loss()
+    assert before > 0 and after < 0.8 * before, (before, after)
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 12
