@@ -203,17 +203,32 @@ def markdown_table(result: dict) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-README_START, README_END = "<!-- compare:start -->", "<!-- compare:end -->"
-
-
-def write_into_readme(table: str, readme: Path) -> None:
-    """Replace the block between the compare markers of `readme` with `table`."""
+def write_into_readme(table: str, readme: Path, block: str = "compare") -> None:
+    """Replace the text between `<!-- {block}:start -->` and `<!-- {block}:end -->` in `readme` with `table`."""
+    start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
     text = readme.read_text()
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme} has no {README_START} ... {README_END} block to fill.")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_START}\n{table}{README_END}{tail}")
+    if start not in text or end not in text:
+        raise ValueError(f"{readme} has no {start} ... {end} block to fill.")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{table}{end}{tail}")
+
+
+def _card(preset: str, out: Path, card_dir: Path) -> None:
+    """Write the card into the Hub-ready folder (`out/model`) and into the repo's `model_cards/<name>/`."""
+    from .models import PRESETS
+    from .training.card import write_card
+
+    target_spec, draft_spec = PRESETS[preset]
+    name = f"{draft_spec.name}-rift-distilled"
+    card = write_card(out / "eval.json", [out / "model", card_dir / name], name, target_spec.name, draft_spec.license)
+    print(f"wrote {out / 'model' / 'README.md'} and {card_dir / name / 'README.md'}")
+    readme = Path("README.md")
+    if readme.exists() and "<!-- training:start -->" in readme.read_text():
+        results = card.content.split("## Results", 1)[1].split("## Training", 1)[0].strip()
+        write_into_readme(
+            f"From [`model_cards/{name}`](model_cards/{name}/README.md):\n\n{results}\n", readme, "training"
+        )
 
 
 def main(argv=None) -> None:
@@ -232,6 +247,22 @@ def main(argv=None) -> None:
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
+    train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
+    train.add_argument("--preset", default="qwen-coder")
+    train.add_argument("--steps", type=int, default=30)
+    train.add_argument("--seq-tokens", type=int, default=384)
+    train.add_argument("--eval-prompts", type=int, default=3)
+    train.add_argument("--eval-tokens", type=int, default=768)
+    train.add_argument("--new-tokens", type=int, default=48)
+    train.add_argument("--gamma", type=int, default=11)
+    train.add_argument("--learning-rate", type=float, default=2e-5)
+    trained = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
+    train.add_argument("--out", type=Path, default=trained, help="Hub-ready folder: model/, eval.json")
+    train.add_argument("--card-dir", type=Path, default=Path("model_cards"))
+    card = sub.add_parser("card", help="(re)write the model card of a trained drafter from its eval.json")
+    card.add_argument("--preset", default="qwen-coder")
+    card.add_argument("--out", type=Path, default=trained)
+    card.add_argument("--card-dir", type=Path, default=Path("model_cards"))
     tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
     tab.add_argument("result", type=Path)
     tab.add_argument("--readme", type=Path)
@@ -241,6 +272,26 @@ def main(argv=None) -> None:
 
         return demo_main(argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "train":
+        from .training.recipe import run
+
+        result = run(
+            args.preset,
+            args.steps,
+            args.seq_tokens,
+            args.eval_prompts,
+            args.eval_tokens,
+            args.new_tokens,
+            args.gamma,
+            args.learning_rate,
+            args.out,
+        )
+        _card(args.preset, args.out, args.card_dir)
+        print(json.dumps({k: result[k] for k in ("before", "after", "train_seconds")}, indent=2))
+        return
+    if args.command == "card":
+        _card(args.preset, args.out, args.card_dir)
+        return
     if args.command == "table":
         table = markdown_table(json.loads(args.result.read_text()))
         if args.readme:
