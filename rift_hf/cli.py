@@ -148,6 +148,9 @@ def compare(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
     update_summary(result, "main", out_dir.parent / "summary.json")
+    from .plots import plot_compare
+
+    plot_compare(result, out_dir / "compare.png")
     table = markdown_table(result)
     (out_dir / "compare.md").write_text(table)
     return result
@@ -266,6 +269,7 @@ def main(argv=None) -> None:
     tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
     tab.add_argument("result", type=Path)
     tab.add_argument("--readme", type=Path)
+    tab.add_argument("--plot", action="store_true", help="also write <result>.png")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from rift_hf.demo.app import main as demo_main
@@ -293,7 +297,12 @@ def main(argv=None) -> None:
         _card(args.preset, args.out, args.card_dir)
         return
     if args.command == "table":
-        table = markdown_table(json.loads(args.result.read_text()))
+        result = json.loads(args.result.read_text())
+        table = markdown_table(result)
+        if args.plot:
+            from .plots import plot_compare
+
+            plot_compare(result, args.result.with_suffix(".png"))
         if args.readme:
             write_into_readme(table, args.readme)
         print(table)

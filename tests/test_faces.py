@@ -88,3 +88,10 @@ def test_summary_records_are_upserted_by_key(tmp_path):
         "machine",
         "dtype",
     } <= set(records[0])
+
+
+def test_al_by_position_buckets_rounds_by_where_they_start():
+    from rift_hf.plots import al_by_position
+
+    # rounds emit 4, 1, 12, 3 tokens: they start at positions 0, 4, 5, 17
+    assert al_by_position([3, 0, 11, 2], bucket=8) == [(0, (4 + 1 + 12) / 3), (16, 3.0)]
