@@ -288,3 +288,30 @@ def test_attention_mass_share_is_one_without_eviction_and_below_one_with_it():
         shares[budget] = [share for _, share in log]
     assert all(abs(s - 1.0) < 1e-5 for s in shares[64])
     assert all(0.0 < s < 1.0 for s in shares[12])
+
+
+def test_target_offloaded_by_accelerate_stays_lossless(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    target, draft = draft_target_pair("llama", GAMMA)
+    ids = make_prompt(PROMPT, seed=3)
+    reference = target.generate(ids, max_new_tokens=20, do_sample=False)
+    target.save_pretrained(tmp_path / "target")
+    # A memory cap that forces accelerate to offload the decoder layers and the head to disk.
+    big = AutoModelForCausalLM.from_pretrained(
+        tmp_path / "target",
+        device_map="auto",
+        max_memory={"cpu": "150KB"},
+        offload_folder=str(tmp_path / "offload"),
+        dtype=torch.float32,
+    )
+    assert "disk" in set(big.hf_device_map.values())
+    out = big.generate(
+        ids,
+        assistant_model=draft,
+        max_new_tokens=20,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config={"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4, "store_device": "cpu"},
+    )
+    assert torch.equal(out, reference)
