@@ -24,6 +24,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
+from rift_hf.models import ByteTokenizer, tiny_random_pair
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -31,18 +32,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 POLICY_CHOICES = list(rift_hf.POLICIES)
 DEFAULT_POLICIES = ["full", "swa", "snapkv", "rift-stat", "rift-dyn"]
 DOCUMENTS = ("argparse", "textwrap", "difflib", "configparser")
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as tokens (vocabulary 256): enough for the random tiny preset."""
-
-    model_max_length = 4096
-
-    def encode(self, text: str) -> torch.Tensor:
-        return torch.tensor([list(text.encode("utf-8"))], dtype=torch.long)
-
-    def decode(self, ids) -> str:
-        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
 
 @dataclass
@@ -68,32 +57,8 @@ class Preset:
 
 
 def tiny_random_preset() -> Preset:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    def build(seed, layers):
-        torch.manual_seed(seed)
-        config = LlamaConfig(
-            vocab_size=256,
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            num_hidden_layers=layers,
-            max_position_embeddings=8192,
-            tie_word_embeddings=False,
-        )
-        model = LlamaForCausalLM(config).eval()
-        model.generation_config.eos_token_id = None
-        model.generation_config.pad_token_id = 0
-        return model
-
-    target, draft = build(1, 3), build(2, 2)
-    with torch.no_grad():  # make the drafter agree with the target often enough to show acceptances
-        target.get_input_embeddings().weight.mul_(3)
-        draft.get_input_embeddings().weight.copy_(target.get_input_embeddings().weight)
-        draft.get_output_embeddings().weight.copy_(target.get_output_embeddings().weight)
-    return Preset("tiny-random", target, draft, ByteTokenizer(), max_prompt_tokens=4096)
+    target, draft, tokenizer = tiny_random_pair()
+    return Preset("tiny-random", target, draft, tokenizer, max_prompt_tokens=4096)
 
 
 def load_preset(name: str) -> Preset:

@@ -46,18 +46,32 @@ def compare(
     delta: int,
     out_dir: Path,
     dtype: str = "bfloat16",
+    *,
+    experiment: str = "main",
+    extra: dict | None = None,
+    budget_tokens: int | None = None,
+    tasks: tuple[str, ...] = ("repeat", "continue"),
+    models: tuple | None = None,
+    summary_path: Path | None = None,
 ) -> dict:
-    """Run `policies` side by side on the same prompts; returns (and writes) the records."""
+    """
+    Run `policies` side by side on the same prompts; returns (and writes) the records.
+
+    A policy may carry a label after `@` with `key=value` overrides, e.g. `rift-dyn@delta=16` (E4's Δ sweep);
+    `extra` holds `RiftConfig` fields for every policy (e.g. `track_attention_mass`, ada thresholds);
+    `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
+    `(target, draft, tokenizer)`.
+    """
     from .models import load_preset
     from .prompts import prompt_set
 
     torch_dtype = getattr(torch, dtype)
-    target, draft, tokenizer = load_preset(preset, dtype=torch_dtype)
+    target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=torch_dtype)
     for model in (target, draft):
         model.generation_config.num_assistant_tokens = gamma
         model.generation_config.num_assistant_tokens_schedule = "constant"
         model.generation_config.assistant_confidence_threshold = 0.0
-    prompts = prompt_set(tokenizer, input_tokens, per_task)
+    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks)
     runs = []
     steps = len(prompts) * (len(policies) + 1)
     with tqdm(total=steps, desc="compare") as bar:
@@ -67,7 +81,7 @@ def compare(
             bar.update()
             full_output = None
             for policy in policies:
-                config = {"policy": policy, "budget": 1.0 / compression, "window": window, "delta": delta}
+                config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
                 bar.set_postfix_str(f"{prompt.name} {policy}")
                 out, seconds = _timed_generate(
                     target,
@@ -99,6 +113,10 @@ def compare(
                         "speedup": plain_seconds / seconds,
                         "same_as_target": bool(torch.equal(out, plain)),
                         "same_as_full_drafter": None if full_output is None else bool(torch.equal(out, full_output)),
+                        "attention_mass": stats.attention_mass,
+                        "rescoring_events": stats.rescorings,
+                        "peak_kv_bytes": stats.peak_kv_bytes,
+                        "peak_store_bytes": stats.peak_store_bytes,
                     }
                 )
                 bar.update()
@@ -130,8 +148,11 @@ def compare(
             }
         )
     result = {
+        "experiment": experiment,
         "preset": preset,
-        "compression": compression,
+        "compression": compression if budget_tokens is None else None,
+        "budget_tokens": budget_tokens,
+        "extra": extra or {},
         "gamma": gamma,
         "window": window,
         "delta": delta,
@@ -147,13 +168,26 @@ def compare(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
-    update_summary(result, "main", out_dir.parent / "summary.json")
+    update_summary(result, experiment, summary_path or out_dir.parent / "summary.json")
     from .plots import plot_compare
 
     plot_compare(result, out_dir / "compare.png")
     table = markdown_table(result)
     (out_dir / "compare.md").write_text(table)
     return result
+
+
+def policy_config(label: str, budget, window: int, delta: int, extra: dict | None) -> dict:
+    """`rift-dyn@delta=16` -> `{"policy": "rift-dyn", ..., "delta": 16}` (values parsed as JSON where possible)."""
+    policy, _, overrides = label.partition("@")
+    config = {"policy": policy, "budget": budget, "window": window, "delta": delta, **(extra or {})}
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            config[key] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key] = value
+    return config
 
 
 def update_summary(result: dict, experiment: str, path: Path) -> None:
@@ -165,7 +199,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "experiment": experiment,
             "preset": result["preset"],
             "policy": s["policy"],
-            "compression": result["compression"],
+            "compression": result["compression"] or round(input_tokens / result["budget_tokens"], 2),
             "input_tokens": input_tokens,
             "output_tokens": result["new_tokens"],
             "al": s["al"],
@@ -184,7 +218,13 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
 
 def markdown_table(result: dict) -> str:
     head = (
-        f"{result['preset']}, {result['compression']:g}x compression, ~{result['input_tokens']} prompt tokens, "
+        f"{result['preset']}, "
+        + (
+            f"{result['compression']:g}x compression"
+            if result.get("compression")
+            else f"budget {result['budget_tokens']} tokens"
+        )
+        + f", ~{result['input_tokens']} prompt tokens, "
         f"{result['new_tokens']} new tokens, {result['prompts']} prompts, gamma={result['gamma']}, "
         f"{result['dtype']}, {result['machine']}, {result['date']}\n\n"
     )
@@ -310,7 +350,7 @@ def main(argv=None) -> None:
     if args.compression <= 1:
         parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p not in rift_hf.POLICIES]
+    unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES]
     if unknown:
         parser.error(f"unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}")
     if "full" not in policies:

@@ -141,12 +141,61 @@ def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
     return model
 
 
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (vocabulary 256), with the slice of the tokenizer API the faces use."""
+
+    chat_template = None
+    model_max_length = 8192
+
+    def __call__(self, text: str, return_tensors=None, add_special_tokens=False):
+        ids = list(text.encode("utf-8"))
+        return {"input_ids": torch.tensor([ids], dtype=torch.long) if return_tensors == "pt" else ids}
+
+    def encode(self, text: str) -> torch.Tensor:
+        return self(text, return_tensors="pt")["input_ids"]
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
+
+
+def tiny_random_pair(dtype: torch.dtype = torch.float32):
+    """A random 3-layer Llama target and a 2-layer drafter sharing its embeddings: starts in seconds (tests, demos)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def build(seed, layers):
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            vocab_size=256,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            num_hidden_layers=layers,
+            max_position_embeddings=16384,
+            tie_word_embeddings=False,
+        )
+        model = LlamaForCausalLM(config).to(dtype).eval()
+        model.generation_config.eos_token_id = None
+        model.generation_config.pad_token_id = 0
+        return model
+
+    target, draft = build(1, 3), build(2, 2)
+    with torch.no_grad():  # make the drafter agree with the target often enough to show acceptances
+        target.get_input_embeddings().weight.mul_(3)
+        draft.get_input_embeddings().weight.copy_(target.get_input_embeddings().weight)
+        draft.get_output_embeddings().weight.copy_(target.get_output_embeddings().weight)
+    return target, draft, ByteTokenizer()
+
+
 def load_preset(name: str, dtype: torch.dtype = torch.bfloat16, **target_kwargs):
     """`(target, drafter, tokenizer)` of a preset; `target_kwargs` go to the target (e.g. `device_map="auto"`)."""
     from transformers import AutoTokenizer
 
+    if name == "tiny-random":
+        return tiny_random_pair()
     if name not in PRESETS:
-        raise ValueError(f"Unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
+        raise ValueError(f"Unknown model preset {name!r}; choose one of tiny-random, {', '.join(PRESETS)}.")
     target_spec, draft_spec = PRESETS[name]
     target = load_model(target_spec, dtype, **target_kwargs)
     draft = target if draft_spec is target_spec and not target_kwargs else load_model(draft_spec, dtype)

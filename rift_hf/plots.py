@@ -47,8 +47,9 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     right.set_xticks(range(len(policies)), policies, rotation=20)
     right.set(title="retention vs full (bar: ratio of mean ALs; whisker: prompt range)", ylim=(0, 1.1))
     right.grid(alpha=0.3, axis="y")
+    size = f"{result['compression']:g}x" if result.get("compression") else f"budget {result['budget_tokens']}"
     fig.suptitle(
-        f"{result['preset']}, {result['compression']:g}x, {result['prompts']} prompts, {result['dtype']}, "
+        f"{result['preset']}, {size}, {result['prompts']} prompts, {result['dtype']}, "
         f"{result['machine']}, {result['date']}",
         fontsize=9,
     )

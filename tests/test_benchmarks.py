@@ -10,3 +10,24 @@ def test_kernel_benchmark_dry_run(tmp_path):
     share = result["rescore_share"]["share"]
     assert set(share) == {"16", "32", "64", "128", "256", "512", "1024"}
     assert share["16"] > share["1024"] > 0
+
+
+def test_al_gain_compares_rounds_around_a_rescoring():
+    from benchmarks.experiments import al_gain
+
+    run = {"input_tokens": 100, "accepted": [0, 0, 3, 3, 3]}  # rounds end at 101, 102, 106, 110, 114
+    assert al_gain(run, position=102, rounds=2) == 4.0 - 1.0
+    assert al_gain(run, position=100) is None
+
+
+def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
+    from benchmarks import experiments
+
+    experiments.main(["E5", "--preset", "tiny-random", "--scale", "tiny", "--out", str(tmp_path)])
+    records = json.loads((tmp_path / "summary.json").read_text())
+    assert {r["policy"] for r in records if r["experiment"] == "E5"} >= {"full", "rift-dyn", "rift-ada"}
+    assert set(json.loads((tmp_path / "E5" / "thresholds.json").read_text())) == {
+        "al_threshold",
+        "entropy_threshold",
+        "drift_threshold",
+    }

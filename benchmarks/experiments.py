@@ -1,0 +1,137 @@
+"""The benchmark issue's experiments E1-E5, each a set of `rift-hf compare` runs recorded in `summary.json`.
+
+    python -m benchmarks.experiments E1 E2 --preset qwen-coder            # the issue's sizes (CPU-hours here)
+    python -m benchmarks.experiments all --scale small                    # a quarter of the lengths, 2 prompts/regime
+    python -m benchmarks.experiments all --preset tiny-random --scale tiny  # seconds; CI runs this so it cannot rot
+
+E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
+swa, rift-stat, rift-dyn; E3 input-length sweep at a fixed token budget (stat vs dyn, drafter ms/token); E4 the
+rift-dyn Δ sweep with measured rescoring share; E5 rift-ada with thresholds calibrated on separate prompts from
+rift-dyn (Δ = 16) rescorings, against rift-dyn. Results go to `benchmarks/results/<experiment>/...` and records
+(upserted by key) to `benchmarks/results/summary.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from rift_hf import POLICIES, calibrate_thresholds
+from rift_hf.cli import compare, policy_config
+
+RESULTS = Path("benchmarks/results")
+SCALES = {  # input tokens, new tokens, prompts per regime
+    "paper": (4096, 512, 8),
+    "small": (1024, 128, 2),
+    "tiny": (96, 24, 1),
+}
+
+
+def al_gain(run: dict, position: int, rounds: int = 4) -> float | None:
+    """Mean AL of the `rounds` rounds after `position` minus the `rounds` before it (None if either side is empty)."""
+    done, before, after = run["input_tokens"], [], []
+    for accepted in run["accepted"]:
+        (before if done < position else after).append(accepted + 1)
+        done += accepted + 1
+    if not before or not after:
+        return None
+    return statistics.mean(after[:rounds]) - statistics.mean(before[-rounds:])
+
+
+def calibration_events(result: dict) -> list[dict]:
+    """Signals just before every rescoring of the rift-dyn runs, with the AL gain that rescoring bought."""
+    events = []
+    for run in result["runs"]:
+        for event in run.get("rescoring_events", []):
+            signals = event.get("signals") or {}
+            events.append({**signals, "gain": al_gain(run, event["position"])})
+    return events
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiments", nargs="+", help="E1 ... E5, or all")
+    parser.add_argument("--preset", default="qwen-coder")
+    parser.add_argument("--scale", choices=SCALES, default="paper")
+    parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    names = ["E1", "E2", "E3", "E4", "E5"] if args.experiments == ["all"] else args.experiments
+    from rift_hf.models import load_preset
+
+    models = load_preset(args.preset)
+    tokens, new, per_task = SCALES[args.scale]
+    window = min(args.window, tokens // 16)
+    common = dict(
+        gamma=11,
+        window=window,
+        delta=128,
+        dtype="float32" if args.preset == "tiny-random" else "bfloat16",
+        models=models,
+    )
+
+    def run(name, tag, policies, **kwargs):
+        options = {
+            "compression": 4.0,
+            "input_tokens": tokens,
+            "new_tokens": new,
+            "per_task": per_task,
+            **common,
+            **kwargs,
+        }
+        return compare(
+            args.preset,
+            policies,
+            options.pop("compression"),
+            options.pop("input_tokens"),
+            options.pop("new_tokens"),
+            options.pop("per_task"),
+            options.pop("gamma"),
+            options.pop("window"),
+            options.pop("delta"),
+            args.out / name / tag,
+            options.pop("dtype"),
+            experiment=name,
+            summary_path=args.out / "summary.json",
+            **options,
+        )
+
+    for name in names:
+        if name == "E1":
+            for compression in (4.0, 8.0):
+                run("E1", f"{compression:g}x", list(POLICIES), compression=compression)
+        elif name == "E2":
+            run(
+                "E2",
+                "staleness",
+                ["full", "snapkv", "swa", "rift-stat", "rift-dyn"],
+                extra={"track_attention_mass": True},
+            )
+        elif name == "E3":
+            for length in (tokens // 4, tokens // 2, tokens, tokens * 2):
+                run(
+                    "E3",
+                    f"input-{length}",
+                    ["full", "rift-stat", "rift-dyn"],
+                    input_tokens=length,
+                    budget_tokens=max(tokens // 8, 2 * window),
+                )
+        elif name == "E4":
+            deltas = [16, 32, 64, 128, 256, 512, 1024]
+            run("E4", "delta-sweep", ["full"] + [f"rift-dyn@delta={d}" for d in deltas])
+        elif name == "E5":
+            calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))
+            thresholds = calibrate_thresholds(calibration_events(calibration), min_events=2)
+            (args.out / "E5").mkdir(parents=True, exist_ok=True)
+            (args.out / "E5" / "thresholds.json").write_text(json.dumps(thresholds, indent=2) + "\n")
+            ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
+            policy_config(ada, 0.25, window, 128, None)  # validates the label before the long run
+            run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))
+        else:
+            parser.error(f"unknown experiment {name!r}; choose from E1 ... E5 or all")
+
+
+if __name__ == "__main__":
+    main()
