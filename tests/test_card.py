@@ -28,10 +28,18 @@ def test_card_renders_with_results_and_valid_metadata(tmp_path):
     import json
 
     (tmp_path / "eval.json").write_text(json.dumps(RESULT))
-    write_card(tmp_path / "eval.json", [tmp_path / "hub", tmp_path / "cards"], "drafter-x", "qwen-1.5b", "Apache-2.0")
+    write_card(
+        tmp_path / "eval.json",
+        [tmp_path / "hub", tmp_path / "cards"],
+        "drafter-x",
+        "qwen-1.5b",
+        "Apache-2.0",
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    )
     text = (tmp_path / "cards" / "README.md").read_text()
     assert "| rift-stat 4x | 2.50 | 3.00 | 0.500 | 0.600 |" in text
     assert "Full-cache AL change: -2.0%" in text and "does not meet" in text
+    assert "Retention change: rift-stat 4x +0.100. Retention improved for rift-stat 4x." in text
     card = ModelCard.load(tmp_path / "hub" / "README.md")
     results = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert results == {"AL retention, rift-stat 4x": 0.6, "AL, full cache": 4.9}

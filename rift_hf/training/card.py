@@ -14,7 +14,7 @@ TEMPLATE = """---
 # {{ model_name }}
 
 A speculative-decoding **drafter** for `{{ target }}`, distilled to keep drafting well when its KV cache is
-compressed with RIFT policies (rift-hf). Base model: `{{ base_model }}`.
+compressed with RIFT policies (rift-hf). Base model: `{{ base_model_name }}`.
 
 ## Use
 
@@ -65,7 +65,7 @@ def _row(name: str, before: dict, after: dict) -> str:
     return f"| {name} | {before['al']:.2f} | {after['al']:.2f} | {before['retention']:.3f} | {after['retention']:.3f} |"
 
 
-def build_card(result: dict, model_name: str, target: str, license: str) -> ModelCard:
+def build_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
     before, after = result["before"], result["after"]
     eval_results = [
         EvalResult(
@@ -92,28 +92,34 @@ def build_card(result: dict, model_name: str, target: str, license: str) -> Mode
     ]
     data = ModelCardData(
         model_name=model_name,
-        base_model=result["base_model"],
-        license="other",
-        license_name=license,
+        base_model=base_model,
+        **(
+            {"license": "apache-2.0"}
+            if license.lower().startswith("apache-2.0")
+            else {"license": "other", "license_name": license.split(" (")[0].lower().replace(" ", "-")}
+        ),
         library_name="transformers",
         pipeline_tag="text-generation",
         tags=["speculative-decoding", "drafter", "kv-cache-compression", "rift-hf"],
         eval_results=eval_results,
     )
     full_change = after["full"]["al"] / before["full"]["al"] - 1
-    best = max((n for n in after if n != "full"), key=lambda n: after[n]["retention"] - before[n]["retention"])
-    gained = after[best]["retention"] - before[best]["retention"]
-    verdict = (
-        f"Largest retention change: {best}, {gained:+.3f}."
-        if abs(gained) > 1e-9
-        else "Training did not change retention on these prompts."
+    compressed = [n for n in after if n != "full"]
+    changes = ", ".join(f"{n} {after[n]['retention'] - before[n]['retention']:+.3f}" for n in compressed)
+    improved = [n for n in compressed if after[n]["retention"] > before[n]["retention"]]
+    verdict = f"Retention change: {changes}. " + (
+        f"Retention improved for {', '.join(improved)}."
+        if improved
+        else "Training did not improve retention on these prompts."
     )
     if full_change < -0.01:
         verdict += " The full-cache AL fell by more than 1%: this run does not meet the recipe's requirement."
     return ModelCard.from_template(
         data,
         template_str=TEMPLATE,
+        model_name=model_name,
         target=target,
+        base_model_name=base_model,
         recommended=result["recommended_config"],
         n_eval=len(result["eval_modules"]),
         eval_modules=", ".join(result["eval_modules"]),
@@ -137,10 +143,12 @@ def build_card(result: dict, model_name: str, target: str, license: str) -> Mode
     )
 
 
-def write_card(eval_json: Path, out_dirs: list[Path], model_name: str, target: str, license: str) -> ModelCard:
+def write_card(
+    eval_json: Path, out_dirs: list[Path], model_name: str, target: str, license: str, base_model: str
+) -> ModelCard:
     """Render the card from `eval.json` into each of `out_dirs` (the Hub-ready folder, `model_cards/<name>/`)."""
     result = json.loads(Path(eval_json).read_text())
-    card = build_card(result, model_name, target, license)
+    card = build_card(result, model_name, target, license, base_model)
     for folder in out_dirs:
         folder.mkdir(parents=True, exist_ok=True)
         card.save(folder / "README.md")

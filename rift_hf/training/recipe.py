@@ -168,7 +168,7 @@ def run(
     tokenizer.save_pretrained(out / "model")
     result = {
         "preset": preset,
-        "base_model": draft.config.name_or_path or preset,
+        "base_model": draft_spec.upstream,
         "steps": steps,
         "sequences": len(sequences),
         "tokens_seen": steps * seq_tokens,
