@@ -216,6 +216,29 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
     path.write_text(json.dumps(records, indent=2) + "\n")
 
 
+def summary_table(records: list[dict], experiments: list[str] | None = None) -> str:
+    """Markdown tables of `summary.json` records, one per experiment, in the order recorded."""
+    blocks = []
+    for experiment in experiments or list(dict.fromkeys(r["experiment"] for r in records)):
+        rows = [r for r in records if r["experiment"] == experiment]
+        lines = [
+            f"**{experiment}**",
+            "",
+            "| preset | policy | compression | input | output | AL | retention | drafter ms/token | "
+            "rescore share | dtype | machine | date |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['preset']} | {r['policy']} | {r['compression']:g}x | {r['input_tokens']} | "
+                f"{r['output_tokens']} | {r['al']:.2f} | {r['retention']:.2f} | "
+                f"{r['draft_ms_per_token']:.1f} | {r['rescore_share']:.3f} | {r['dtype']} | {r['machine']} | "
+                f"{r['date']} |"
+            )
+        blocks.append("\n".join(lines) + "\n")
+    return "\n".join(blocks)
+
+
 def markdown_table(result: dict) -> str:
     head = (
         f"{result['preset']}, "
@@ -317,6 +340,10 @@ def main(argv=None) -> None:
     tab.add_argument("result", type=Path)
     tab.add_argument("--readme", type=Path)
     tab.add_argument("--plot", action="store_true", help="also write <result>.png")
+    summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
+    summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"))
+    summ.add_argument("--experiments", nargs="*")
+    summ.add_argument("--readme", type=Path)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from rift_hf.demo.app import main as demo_main
@@ -342,6 +369,12 @@ def main(argv=None) -> None:
         return
     if args.command == "card":
         _card(args.preset, args.out, args.card_dir)
+        return
+    if args.command == "summary":
+        text = summary_table(json.loads(args.path.read_text()), args.experiments)
+        if args.readme:
+            write_into_readme(text, args.readme, "experiments")
+        print(text)
         return
     if args.command == "table":
         result = json.loads(args.result.read_text())

@@ -22,7 +22,9 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     import matplotlib.pyplot as plt
 
     policies = [s["policy"] for s in result["summary"]]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    tracked = any(r.get("attention_mass") for r in result["runs"])
+    fig, axes = plt.subplots(1, 3 if tracked else 2, figsize=(16 if tracked else 11, 3.8))
+    left, right = axes[0], axes[1]
     for policy in policies:
         curves = [al_by_position(r["accepted"], bucket) for r in result["runs"] if r["policy"] == policy]
         starts = sorted({x for curve in curves for x, _ in curve})
@@ -47,6 +49,26 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     right.set_xticks(range(len(policies)), policies, rotation=20)
     right.set(title="retention vs full (bar: ratio of mean ALs; whisker: prompt range)", ylim=(0, 1.1))
     right.grid(alpha=0.3, axis="y")
+    if tracked:
+        mass = axes[2]
+        for policy in policies:
+            runs = [r for r in result["runs"] if r["policy"] == policy and r.get("attention_mass")]
+            if not runs:
+                continue
+            buckets: dict[int, list[float]] = {}
+            for r in runs:
+                for position, share in r["attention_mass"]:
+                    buckets.setdefault((position - r["input_tokens"]) // bucket * bucket, []).append(share)
+            xs = sorted(buckets)
+            mass.plot(xs, [sum(buckets[x]) / len(buckets[x]) for x in xs], marker="o", ms=3, label=policy)
+        mass.set(
+            title="full-cache attention mass on kept positions",
+            xlabel="generated tokens",
+            ylabel="share",
+            ylim=(0, 1.05),
+        )
+        mass.legend(fontsize=8)
+        mass.grid(alpha=0.3)
     size = f"{result['compression']:g}x" if result.get("compression") else f"budget {result['budget_tokens']}"
     fig.suptitle(
         f"{result['preset']}, {size}, {result['prompts']} prompts, {result['dtype']}, "

@@ -95,3 +95,25 @@ def test_al_by_position_buckets_rounds_by_where_they_start():
 
     # rounds emit 4, 1, 12, 3 tokens: they start at positions 0, 4, 5, 17
     assert al_by_position([3, 0, 11, 2], bucket=8) == [(0, (4 + 1 + 12) / 3), (16, 3.0)]
+
+
+def test_summary_table_groups_records_by_experiment():
+    from rift_hf.cli import summary_table
+
+    record = {
+        "experiment": "E2",
+        "preset": "p",
+        "policy": "swa",
+        "compression": 4.0,
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "al": 2.0,
+        "retention": 0.5,
+        "draft_ms_per_token": 1.0,
+        "rescore_share": 0.0,
+        "dtype": "bf16",
+        "machine": "m",
+        "date": "d",
+    }
+    text = summary_table([record, {**record, "experiment": "E1", "policy": "full", "retention": 1.0}], ["E2"])
+    assert text.startswith("**E2**") and "| p | swa | 4x | 10 | 5 | 2.00 | 0.50 |" in text and "E1" not in text
