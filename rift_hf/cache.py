@@ -521,7 +521,7 @@ class RiftCache(Cache):
         started = self.rift_layers[0].selected is not None
         if started and seen > self.budget and self.schedule.due(seen - self._last_select, seen - self._last_check):
             self._last_check = seen
-            if self.schedule.needs_drift:
+            if self.records_queries:  # rift-ada decides on it; rift-dyn logs it so E5 can calibrate the threshold
                 self.signals.drift = self._drift()
             signals = self.signals.snapshot()
             rescore, reason = self.schedule.decide(seen - self._last_select, signals)

@@ -31,3 +31,6 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
         "entropy_threshold",
         "drift_threshold",
     }
+    calibration = json.loads((tmp_path / "E5" / "calibration" / "compare.json").read_text())
+    events = experiments.calibration_events(calibration)
+    assert events and all(e["drift"] is not None for e in events), "rift-dyn must log query drift for calibration"
