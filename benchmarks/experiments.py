@@ -1,14 +1,17 @@
 """The benchmark issue's experiments E1-E5, each a set of `rift-hf compare` runs recorded in `summary.json`.
 
     python -m benchmarks.experiments E1 E2 --preset qwen-coder            # the issue's sizes (CPU-hours here)
-    python -m benchmarks.experiments all --scale small                    # a quarter of the lengths, 2 prompts/regime
+    python -m benchmarks.experiments all --scale small                    # a quarter of the lengths, 1 prompt/regime (~75 min on 2 cores)
     python -m benchmarks.experiments all --preset tiny-random --scale tiny  # seconds; CI runs this so it cannot rot
 
 E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
 swa, rift-stat, rift-dyn; E3 input-length sweep at a fixed token budget (stat vs dyn, drafter ms/token); E4 the
 rift-dyn Δ sweep with measured rescoring share; E5 rift-ada with thresholds calibrated on separate prompts from
 rift-dyn (Δ = 16) rescorings, against rift-dyn. Results go to `benchmarks/results/<experiment>/...` and records
-(upserted by key) to `benchmarks/results/summary.json`.
+(upserted by key) to `benchmarks/results/summary.json`. One process shares its generations between experiments
+(the target alone, `full`, and any policy run with an unchanged config are generated once), so `all` costs less than
+the experiments run one by one. Δ values above the output length are left out of E4 (they never rescore), and E3
+generates half the output length at each input length.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from rift_hf.cli import compare, policy_config
 RESULTS = Path("benchmarks/results")
 SCALES = {  # input tokens, new tokens, prompts per regime
     "paper": (4096, 512, 8),
-    "small": (1024, 128, 2),
+    "small": (1024, 128, 1),
     "tiny": (96, 24, 1),
 }
 
@@ -58,7 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    names = ["E1", "E2", "E3", "E4", "E5"] if args.experiments == ["all"] else args.experiments
+    names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
     from rift_hf.models import load_preset
 
     models = load_preset(args.preset)
@@ -70,6 +73,7 @@ def main(argv=None) -> None:
         delta=128,
         dtype="float32" if args.preset == "tiny-random" else "bfloat16",
         models=models,
+        reuse={},
     )
 
     def run(name, tag, policies, **kwargs):
@@ -116,10 +120,11 @@ def main(argv=None) -> None:
                     f"input-{length}",
                     ["full", "rift-stat", "rift-dyn"],
                     input_tokens=length,
+                    new_tokens=new // 2,
                     budget_tokens=max(tokens // 8, 2 * window),
                 )
         elif name == "E4":
-            deltas = [16, 32, 64, 128, 256, 512, 1024]
+            deltas = [d for d in (16, 32, 64, 128, 256, 512, 1024) if d <= new]
             run("E4", "delta-sweep", ["full"] + [f"rift-dyn@delta={d}" for d in deltas])
         elif name == "E5":
             calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))

@@ -53,6 +53,7 @@ def compare(
     tasks: tuple[str, ...] = ("repeat", "continue"),
     models: tuple | None = None,
     summary_path: Path | None = None,
+    reuse: dict | None = None,
 ) -> dict:
     """
     Run `policies` side by side on the same prompts; returns (and writes) the records.
@@ -60,7 +61,9 @@ def compare(
     A policy may carry a label after `@` with `key=value` overrides, e.g. `rift-dyn@delta=16` (E4's Δ sweep);
     `extra` holds `RiftConfig` fields for every policy (e.g. `track_attention_mass`, ada thresholds);
     `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
-    `(target, draft, tokenizer)`.
+    `(target, draft, tokenizer)`; `reuse`, a dict shared between calls, keeps every generation by (prompt, length,
+    config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
+    generating again (`full` ignores budget and Δ).
     """
     from .models import load_preset
     from .prompts import prompt_set
@@ -77,13 +80,17 @@ def compare(
     with tqdm(total=steps, desc="compare") as bar:
         for prompt in prompts:
             gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
-            plain, plain_seconds = _timed_generate(target, prompt.input_ids, **gen)
+            prompt_key = (prompt.input_ids.cpu().numpy().tobytes(), new_tokens, gamma)
+            plain, plain_seconds, _ = _generate(reuse, (prompt_key, "target"), target, prompt.input_ids, **gen)
             bar.update()
             full_output = None
             for policy in policies:
                 config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
                 bar.set_postfix_str(f"{prompt.name} {policy}")
-                out, seconds = _timed_generate(
+                same = {"policy": "full"} if config["policy"] == "full" else config
+                out, seconds, stats = _generate(
+                    reuse,
+                    (prompt_key, json.dumps(same, sort_keys=True)),
                     target,
                     prompt.input_ids,
                     assistant_model=draft,
@@ -91,7 +98,6 @@ def compare(
                     cache_config=config,
                     **gen,
                 )
-                stats = rift_hf.last_stats(target)
                 if policy == "full":
                     full_output = out
                 runs.append(
@@ -174,6 +180,17 @@ def compare(
     plot_compare(result, out_dir / "compare.png")
     table = markdown_table(result)
     (out_dir / "compare.md").write_text(table)
+    return result
+
+
+def _generate(memo: dict | None, key, model, ids, **kwargs):
+    """`_timed_generate` plus the run's `RiftStats`, kept in `memo` under `key` (and read back from it) when given."""
+    if memo is not None and key in memo:
+        return memo[key]
+    out, seconds = _timed_generate(model, ids, **kwargs)
+    result = out, seconds, rift_hf.last_stats(model) if "assistant_model" in kwargs else None
+    if memo is not None:
+        memo[key] = result
     return result
 
 
@@ -329,6 +346,10 @@ def main(argv=None) -> None:
     train.add_argument("--new-tokens", type=int, default=48)
     train.add_argument("--gamma", type=int, default=11)
     train.add_argument("--learning-rate", type=float, default=2e-5)
+    train.add_argument(
+        "--teacher", choices=("self", "target"), default="self", help="distil from the frozen drafter or the target"
+    )
+    train.add_argument("--top-k", type=int, default=64, help="target teacher: log-probs kept per position (on disk)")
     trained = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
     train.add_argument("--out", type=Path, default=trained, help="Hub-ready folder: model/, eval.json")
     train.add_argument("--card-dir", type=Path, default=Path("model_cards"))
@@ -363,6 +384,8 @@ def main(argv=None) -> None:
             args.gamma,
             args.learning_rate,
             args.out,
+            teacher=args.teacher,
+            top_k=args.top_k,
         )
         _card(args.preset, args.out, args.card_dir)
         print(json.dumps({k: result[k] for k in ("before", "after", "train_seconds")}, indent=2))
