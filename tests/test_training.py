@@ -117,3 +117,79 @@ def test_a_few_trainer_steps_lower_the_distillation_loss(tmp_path):
     assert before > 0 and after < 0.8 * before, (before, after)
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 12
+
+
+def test_top_k_teacher_is_cached_on_disk_and_matches_dense_kl_at_full_k(tmp_path):
+    from rift_hf.training import teacher_top_k
+    from tiny import VOCAB
+
+    teacher = tiny_model("llama", seed=9)
+    data = _Sequences(3, 24)
+    path = tmp_path / "teacher.safetensors"
+    pairs = teacher_top_k(teacher, data.items, 8, path)
+    assert path.exists() and [p[0].shape for p in pairs] == [(24, 8)] * 3
+
+    calls = []
+    teacher.register_forward_hook(lambda *_: calls.append(1))
+    again = teacher_top_k(teacher, data.items, 8, path)  # read back: no forward
+    assert not calls
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(pairs, again, strict=True))
+    teacher_top_k(teacher, data.items[:2], 8, path)  # other sequences: recomputed
+    assert len(calls) == 2
+
+    student = tiny_model("llama", seed=5)(data.items[0][None]).logits[0].detach()
+    dense = teacher(data.items[0][None]).logits[0].detach()
+    everything = teacher_top_k(teacher, data.items[:1], VOCAB)[0]
+    torch.testing.assert_close(
+        distillation_loss(student, everything, 10), distillation_loss(student, dense, 10), atol=2e-3, rtol=2e-3
+    )
+    with pytest.raises(ValueError, match="positive int"):
+        teacher_top_k(teacher, data.items, 0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        distillation_loss(student[:, :10], everything, 10)
+    with pytest.raises(ValueError, match="vocabulary"):
+        distillation_loss(student, dense[:, :10], 10)
+
+
+def test_trainer_distils_from_a_cached_top_k_target_teacher(tmp_path):
+    from rift_hf.training import teacher_top_k
+
+    student, target = tiny_model("llama", seed=5, attn="rift"), tiny_model("llama", seed=9)
+    data = _Sequences(4, 40)
+    pairs = teacher_top_k(target, data.items, 16, tmp_path / "top.safetensors")
+
+    class WithTeacher(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(data.items)
+
+        def __getitem__(self, i):
+            indices, log_probs = pairs[i]
+            return {"input_ids": data.items[i], "teacher_top_k_indices": indices, "teacher_top_k_log_probs": log_probs}
+
+    sampler = CompressionSampler(
+        boundary=(0.6, 0.6), budget=(0.25, 0.25), policies=("rift-stat",), unmasked_rate=0.0, overrides={"window": 4}
+    )
+    sampler.sample()
+
+    def loss():
+        _, config = sampler.current
+        total = 0.0
+        for item, pair in zip(data.items, pairs, strict=True):
+            masks = compressed_attention_masks(student, item[None], 24, config)
+            with torch.no_grad(), masked_attention(masks):
+                total += float(distillation_loss(student(item[None]).logits[0], pair, 24))
+        return total / len(pairs)
+
+    before = loss()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=2,
+        max_steps=12,
+        learning_rate=3e-3,
+        report_to=[],
+        remove_unused_columns=False,
+        use_cpu=True,
+        save_strategy="no",
+    )
+    RiftDistillationTrainer(model=student, args=args, train_dataset=WithTeacher(), sampler=sampler).train()
+    assert loss() < 0.8 * before

@@ -46,7 +46,7 @@ Full-cache AL change: {{ full_change }} (the recipe's requirement: no drop of mo
   budget (1/8-1/4 of the prefill) and a policy shape (rift-stat or swa; 25% of steps unmasked); the drafter sees,
   after the boundary, exactly the positions a compressed cache keeps (masks read off `RiftCache`), and is trained
   on KL(teacher || drafter) there.
-- Teacher: the drafter's own full-context logits from a frozen copy (self-distillation).
+- Teacher: {{ teacher }}.
 - Trained parameters: attention projections only ({{ trainable }} parameters), fp32, learning rate
   {{ learning_rate }}, {{ steps }} steps of one {{ seq_tokens }}-token sequence ({{ tokens_seen }} tokens).
 - Data: source of Python standard-library modules ({{ train_modules }}), disjoint from the evaluation modules.
@@ -59,6 +59,12 @@ For drafting with a compressed cache inside `transformers` assisted generation w
 to be used on its own as a chat model. The training run is small (minutes on a CPU): treat its numbers as a
 measurement of this run, not of the method's ceiling. Licence: that of the base model ({{ license }}).
 """
+
+
+def _teacher(result: dict) -> str:
+    if result.get("teacher_top_k"):  # eval.json files written before the target teacher existed have no key
+        return f"the target `{result['teacher']}`, its top-{result['teacher_top_k']} log-probabilities per position"
+    return "the drafter's own full-context logits from a frozen copy (self-distillation)"
 
 
 def _row(name: str, before: dict, after: dict) -> str:
@@ -129,6 +135,7 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         table="\n".join(_row(name, before[name], after[name]) for name in after),
         full_change=f"{full_change:+.1%}",
         verdict=verdict,
+        teacher=_teacher(result),
         trainable=f"{result['trainable_parameters']:,}",
         learning_rate=result["learning_rate"],
         steps=result["steps"],

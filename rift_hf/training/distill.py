@@ -8,15 +8,23 @@ A callback cannot see inputs or change the loss (transformers' `CallbackHandler`
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback
 
 from ..config import RiftConfig
 from .masks import compressed_attention_masks, masked_attention
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -72,11 +80,70 @@ class RiftCompressibilityCallback(TrainerCallback):
         self.sampler.sample()
 
 
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, start: int) -> torch.Tensor:
-    """Mean over positions `>= start` of KL(teacher || student) of the next-token distributions (`[T, V]` each)."""
-    teacher = F.log_softmax(teacher_logits[start:].float(), dim=-1)
+def distillation_loss(student_logits: torch.Tensor, teacher, start: int) -> torch.Tensor:
+    """
+    Mean over positions `>= start` of KL(teacher || student) of the next-token distributions.
+
+    `teacher` is either dense logits `[T, V]` or a top-k pair `(indices [T, k], log_probs [T, k])` from
+    `teacher_top_k`; the top-k teacher is renormalised over its k tokens (the tail's mass is dropped).
+    """
     student = F.log_softmax(student_logits[start:].float(), dim=-1)
+    if isinstance(teacher, (tuple, list)):
+        indices, log_probs = teacher
+        if indices.shape[0] != student_logits.shape[0] or int(indices.max()) >= student.shape[-1]:
+            raise ValueError(
+                f"Teacher top-k of shape {tuple(indices.shape)} (largest token id {int(indices.max())}) does not fit "
+                f"drafter logits {tuple(student_logits.shape)}: the teacher must share the drafter's tokenizer and "
+                "see the same sequence."
+            )
+        log_probs = log_probs[start:].float()
+        log_probs = log_probs - log_probs.logsumexp(dim=-1, keepdim=True)
+        picked = student.gather(-1, indices[start:].long())
+        return (log_probs.exp() * (log_probs - picked)).sum(-1).mean()
+    if teacher.shape != student_logits.shape:
+        raise ValueError(
+            f"Teacher logits {tuple(teacher.shape)} and drafter logits {tuple(student_logits.shape)} differ: the "
+            "teacher must share the drafter's vocabulary (slice padded vocabulary rows off first)."
+        )
+    teacher = F.log_softmax(teacher[start:].float(), dim=-1)
     return F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+
+
+def teacher_top_k(teacher, sequences: list[torch.Tensor], k: int, path: Path | None = None) -> list[tuple]:
+    """
+    The teacher's top-k next-token log-probabilities for every position of every sequence, computed once.
+
+    With `path` (a `.safetensors` file) they are written there and read back on the next call for the same teacher,
+    sequences and k; a file made for anything else is recomputed and overwritten. Returns one
+    `(indices [T, k], log_probs [T, k])` pair per sequence, for `distillation_loss` or a dataset's
+    `teacher_top_k_indices` / `teacher_top_k_log_probs` fields.
+    """
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"`k` must be a positive int (try 64), got {k!r}.")
+    digest = hashlib.sha256(str(k).encode())
+    digest.update(str(getattr(teacher.config, "_name_or_path", "")).encode())
+    for sequence in sequences:
+        digest.update(sequence.cpu().numpy().tobytes())
+    fingerprint = digest.hexdigest()
+    if path is not None and Path(path).exists():
+        with safe_open(str(path), framework="pt") as f:
+            if (f.metadata() or {}).get("fingerprint") == fingerprint:
+                return [(f.get_tensor(f"indices.{i}"), f.get_tensor(f"log_probs.{i}")) for i in range(len(sequences))]
+        logger.info("Teacher cache %s was made for other sequences, teacher or k; recomputing it.", path)
+    device = next(teacher.parameters()).device
+    pairs = []
+    with torch.no_grad():
+        for sequence in tqdm(sequences, desc="teacher top-k"):
+            logits = teacher(sequence[None].to(device)).logits[0].float()
+            values, indices = logits.log_softmax(-1).topk(k, dim=-1)
+            pairs.append((indices.to(torch.int32).cpu(), values.to(torch.float16).cpu()))
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tensors = {}
+        for i, (indices, values) in enumerate(pairs):
+            tensors[f"indices.{i}"], tensors[f"log_probs.{i}"] = indices.contiguous(), values.contiguous()
+        save_file(tensors, str(path), metadata={"fingerprint": fingerprint, "k": str(k)})
+    return pairs
 
 
 class RiftDistillationTrainer(Trainer):
@@ -86,8 +153,9 @@ class RiftDistillationTrainer(Trainer):
     Args:
         sampler (`CompressionSampler`): shared with a `RiftCompressibilityCallback` (added automatically).
         teacher (`PreTrainedModel`, *optional*): the target (same vocabulary) or a frozen copy of the drafter; when
-            `None`, a batch may carry precomputed `teacher_logits` (`[B, T, V]`), else the drafter's own unmasked
-            logits are the teacher (self-distillation).
+            `None`, a batch may carry precomputed teacher outputs: `teacher_top_k_indices` and
+            `teacher_top_k_log_probs` (`[B, T, k]`, from `teacher_top_k`) or dense `teacher_logits` (`[B, T, V]`);
+            else the drafter's own unmasked logits are the teacher (self-distillation).
     """
 
     def __init__(self, *args, sampler: CompressionSampler, teacher=None, **kwargs):
@@ -101,6 +169,8 @@ class RiftDistillationTrainer(Trainer):
             teacher.eval().requires_grad_(False)
 
     def _teacher_logits(self, model, input_ids, inputs, index):
+        if "teacher_top_k_indices" in inputs:
+            return inputs["teacher_top_k_indices"][index], inputs["teacher_top_k_log_probs"][index]
         if "teacher_logits" in inputs:
             return inputs["teacher_logits"][index]
         with torch.no_grad():

@@ -3,9 +3,11 @@
     rift-hf train --preset qwen-coder --steps 40 --out ~/.cache/rift-hf/trained/qwen-coder-rift
 
 Training text and evaluation prompts come from disjoint sets of standard-library modules (`TRAIN_MODULES` versus
-`rift_hf.prompts.MODULES`). The teacher is the drafter's own full-context logits from a frozen copy
-(self-distillation): it asks the compressed drafter to draft what the uncompressed one would. Only the attention
-projections are trained (partial fine-tuning), which keeps a CPU run to minutes.
+`rift_hf.prompts.MODULES`). The teacher is either the drafter's own full-context logits from a frozen copy
+(`teacher="self"`, self-distillation: draft under compression what the uncompressed drafter would) or the target's
+(`teacher="target"`, the tokens the drafter is judged against), whose top-k log-probabilities are computed once and
+kept in `<out>/teacher-top<k>.safetensors`. Only the attention projections are trained (partial fine-tuning), which
+keeps a CPU run to minutes.
 """
 
 from __future__ import annotations
@@ -82,14 +84,18 @@ def _summarise(als: dict[str, list[float]]) -> dict:
 
 
 class _Sequences(torch.utils.data.Dataset):
-    def __init__(self, sequences):
+    def __init__(self, sequences, teacher_top_k=None):
         self.sequences = sequences
+        self.teacher_top_k = teacher_top_k
 
     def __len__(self):
         return len(self.sequences)
 
     def __getitem__(self, index):
-        return {"input_ids": self.sequences[index]}
+        item = {"input_ids": self.sequences[index]}
+        if self.teacher_top_k is not None:
+            item["teacher_top_k_indices"], item["teacher_top_k_log_probs"] = self.teacher_top_k[index]
+        return item
 
 
 def run(
@@ -103,22 +109,25 @@ def run(
     learning_rate: float,
     out: Path,
     window: int = 32,
+    teacher: str = "self",
+    top_k: int = 64,
 ) -> dict:
     from transformers import AutoTokenizer, TrainingArguments
 
     from ..models import PRESETS, ensure_local, load_model
     from ..prompts import build_prompt, prompt_set
-    from .distill import CompressionSampler, RiftDistillationTrainer
+    from .distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
 
     tick = time.perf_counter()
     if preset not in PRESETS:
         raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    if teacher not in ("self", "target"):
+        raise ValueError(f"`teacher` must be 'self' (the drafter's full-context logits) or 'target', got {teacher!r}.")
     target_spec, draft_spec = PRESETS[preset]
     target = load_model(target_spec, torch.bfloat16)
     # The drafter trains in fp32: bf16 weights would round most small updates away.
     draft = load_model(draft_spec, torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
-    teacher = copy.deepcopy(draft)
     held_out = prompt_set(tokenizer, eval_tokens, eval_prompts, tasks=("continue",))
     configs = {
         "full": {"policy": "full"},
@@ -128,6 +137,10 @@ def run(
     before = _summarise(acceptance_lengths(target, draft, held_out, configs, new_tokens, gamma))
 
     sequences = [build_prompt(tokenizer, module, "continue", seq_tokens).input_ids[0] for module in TRAIN_MODULES]
+    if teacher == "target":
+        teacher_model, top = None, teacher_top_k(target, sequences, top_k, out / f"teacher-top{top_k}.safetensors")
+    else:
+        teacher_model, top = copy.deepcopy(draft), None
     for name, parameter in draft.named_parameters():
         parameter.requires_grad_(name.rsplit(".", 2)[-2] in TRAINABLE)
     trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
@@ -152,7 +165,7 @@ def run(
         bf16=False,
     )
     trainer = RiftDistillationTrainer(
-        model=draft, args=args, train_dataset=_Sequences(sequences), sampler=sampler, teacher=teacher
+        model=draft, args=args, train_dataset=_Sequences(sequences, top), sampler=sampler, teacher=teacher_model
     )
     train_tick = time.perf_counter()
     trainer.train()
@@ -169,6 +182,8 @@ def run(
     result = {
         "preset": preset,
         "base_model": draft_spec.upstream,
+        "teacher": target_spec.upstream if teacher == "target" else "self (frozen full-context drafter)",
+        "teacher_top_k": top_k if teacher == "target" else None,
         "steps": steps,
         "sequences": len(sequences),
         "tokens_seen": steps * seq_tokens,
