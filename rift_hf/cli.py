@@ -207,11 +207,19 @@ def policy_config(label: str, budget, window: int, delta: int, extra: dict | Non
     return config
 
 
+def _mean(rows: list[dict], key: str, scale: float = 1.0):
+    values = [r.get(key) for r in rows]
+    return None if not values or None in values else statistics.mean(values) / scale
+
+
 def update_summary(result: dict, experiment: str, path: Path) -> None:
-    """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`."""
+    """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`.
+
+    A record already there is replaced in place (the file keeps the order runs were first recorded)."""
     records = json.loads(path.read_text()) if path.exists() else []
     input_tokens = round(statistics.mean(r["input_tokens"] for r in result["runs"]))
     for s in result["summary"]:
+        rows = [r for r in result["runs"] if r.get("policy") == s["policy"]]
         record = {
             "experiment": experiment,
             "preset": result["preset"],
@@ -223,14 +231,34 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "retention": s["retention"],
             "draft_ms_per_token": s["draft_ms_per_token"],
             "rescore_share": s["rescore_share"],
+            "rescorings": _mean(rows, "rescorings"),
+            "peak_kv_mib": _mean(rows, "peak_kv_bytes", 2**20),
+            "peak_store_mib": _mean(rows, "peak_store_bytes", 2**20),
+            "speedup": _mean(rows, "speedup"),
             "date": result["date"],
             "machine": result["machine"],
             "dtype": result["dtype"],
             "prompts": result["prompts"],
         }
         key = tuple(record[k] for k in SUMMARY_KEYS)
-        records = [r for r in records if tuple(r.get(k) for k in SUMMARY_KEYS) != key] + [record]
+        keys = [tuple(r.get(k) for k in SUMMARY_KEYS) for r in records]
+        if key in keys:
+            records[keys.index(key)] = record
+        else:
+            records.append(record)
     path.write_text(json.dumps(records, indent=2) + "\n")
+
+
+def rebuild_summary(path: Path) -> list[dict]:
+    """Re-derive every record of `summary.json` from the `compare.json` files under its folder (order kept)."""
+    for result_path in sorted(path.parent.rglob("compare.json")):
+        result = json.loads(result_path.read_text())
+        update_summary(result, result.get("experiment", "main"), path)
+    return json.loads(path.read_text())
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def summary_table(records: list[dict], experiments: list[str] | None = None) -> str:
@@ -238,19 +266,21 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     blocks = []
     for experiment in experiments or list(dict.fromkeys(r["experiment"] for r in records)):
         rows = [r for r in records if r["experiment"] == experiment]
+        where = "; ".join(", ".join(sorted({str(r[k]) for r in rows})) for k in ("machine", "dtype", "date") if rows)
         lines = [
-            f"**{experiment}**",
+            f"**{experiment}** ({where})",
             "",
-            "| preset | policy | compression | input | output | AL | retention | drafter ms/token | "
-            "rescore share | dtype | machine | date |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| preset | policy | compression | input | output | prompts | AL | retention | drafter ms/token | "
+            "rescorings | rescore share | peak KV MiB (working / store) | speedup |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             lines.append(
                 f"| {r['preset']} | {r['policy']} | {r['compression']:g}x | {r['input_tokens']} | "
-                f"{r['output_tokens']} | {r['al']:.2f} | {r['retention']:.2f} | "
-                f"{r['draft_ms_per_token']:.1f} | {r['rescore_share']:.3f} | {r['dtype']} | {r['machine']} | "
-                f"{r['date']} |"
+                f"{r['output_tokens']} | {r.get('prompts', '-')} | {r['al']:.2f} | {r['retention']:.2f} | "
+                f"{r['draft_ms_per_token']:.1f} | {_fmt(r.get('rescorings'), '.1f')} | {r['rescore_share']:.3f} | "
+                f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
+                f"{_fmt(r.get('speedup'), '.2f')}x |"
             )
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
@@ -365,6 +395,10 @@ def main(argv=None) -> None:
     summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"))
     summ.add_argument("--experiments", nargs="*")
     summ.add_argument("--readme", type=Path)
+    summ.add_argument("--plot", type=Path, help="also write the experiments' overview figure (PNG) here")
+    summ.add_argument(
+        "--rebuild", action="store_true", help="first re-derive summary.json from the compare.json files beside it"
+    )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from rift_hf.demo.app import main as demo_main
@@ -394,7 +428,12 @@ def main(argv=None) -> None:
         _card(args.preset, args.out, args.card_dir)
         return
     if args.command == "summary":
-        text = summary_table(json.loads(args.path.read_text()), args.experiments)
+        records = rebuild_summary(args.path) if args.rebuild else json.loads(args.path.read_text())
+        if args.plot:
+            from .plots import plot_summary
+
+            plot_summary(records, args.plot)
+        text = summary_table(records, args.experiments)
         if args.readme:
             write_into_readme(text, args.readme, "experiments")
         print(text)

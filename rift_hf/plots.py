@@ -79,3 +79,111 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_summary(records: list[dict], path: Path) -> Path:
+    """One figure over `summary.json`: E1 retention per policy, E3 input-length sweep, E4 Δ sweep, E5 ada vs dyn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def of(experiment):
+        return [r for r in records if r["experiment"] == experiment]
+
+    panels = [name for name in ("E1", "E3", "E4", "E5") if of(name)]
+    if not panels:
+        raise ValueError(
+            "summary.json holds no E1, E3, E4 or E5 records: run `python -m benchmarks.experiments` first."
+        )
+    count = len(panels) + ("E3" in panels)
+    columns, lines = min(count, 3), -(-count // 3)
+    fig, grid = plt.subplots(lines, columns, figsize=(5.4 * columns, 4.0 * lines), squeeze=False)
+    axes = [ax for row in grid for ax in row]
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    presets = list(dict.fromkeys(r["preset"] for r in records))
+    styles = {preset: style for preset, style in zip(presets, ("-", "--", ":", "-."), strict=False)}
+    if "E1" in panels:
+        ax = axes.pop(0)
+        rows = [r for r in of("E1") if r["policy"] != "full"]
+        policies = list(dict.fromkeys(r["policy"] for r in rows))
+        groups = list(dict.fromkeys((r["preset"], r["compression"]) for r in rows))
+        width = 0.8 / len(groups)
+        for g, (preset, compression) in enumerate(groups):
+            values = {
+                r["policy"]: r["retention"] for r in rows if (r["preset"], r["compression"]) == (preset, compression)
+            }
+            xs = [i + g * width for i, p in enumerate(policies) if p in values]
+            ax.bar(xs, [values[p] for p in policies if p in values], width, label=f"{preset} {compression:g}x")
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(policies))], policies, rotation=25, fontsize=8)
+        ax.set(title="E1 retention vs full cache", ylim=(0, 1.1))
+        ax.axhline(1.0, color="k", lw=0.5)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    if "E3" in panels:
+        retention, cost = axes.pop(0), axes.pop(0)
+        for preset in presets:
+            for policy in dict.fromkeys(r["policy"] for r in of("E3")):
+                rows = sorted(
+                    (r for r in of("E3") if r["preset"] == preset and r["policy"] == policy),
+                    key=lambda r: r["input_tokens"],
+                )
+                if not rows:
+                    continue
+                xs = [r["input_tokens"] for r in rows]
+                if policy != "full":
+                    retention.plot(
+                        xs, [r["retention"] for r in rows], styles[preset], marker="o", label=f"{preset} {policy}"
+                    )
+                cost.plot(
+                    xs, [r["draft_ms_per_token"] for r in rows], styles[preset], marker="o", label=f"{preset} {policy}"
+                )
+        retention.set(title="E3 retention at a fixed token budget", xlabel="input tokens", ylim=(0, 1.1), xscale="log")
+        cost.set(title="E3 drafter decode ms/token", xlabel="input tokens", xscale="log")
+        for ax in (retention, cost):
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+    if "E4" in panels:
+        ax = axes.pop(0)
+        share = ax.twinx()
+        for preset in presets:
+            rows = [r for r in of("E4") if r["preset"] == preset and "delta=" in r["policy"]]
+            rows.sort(key=lambda r: int(r["policy"].rsplit("delta=", 1)[1].split(",")[0]))
+            xs = [int(r["policy"].rsplit("delta=", 1)[1].split(",")[0]) for r in rows]
+            ax.plot(
+                xs, [r["retention"] for r in rows], styles[preset], marker="o", color="C0", label=f"{preset} retention"
+            )
+            share.plot(
+                xs,
+                [r["rescore_share"] for r in rows],
+                styles[preset],
+                marker="s",
+                color="C3",
+                label=f"{preset} rescore share",
+            )
+        ax.set(title="E4 rift-dyn Δ sweep", xlabel="Δ (tokens)", xscale="log", ylim=(0, 1.1), ylabel="retention")
+        share.set_ylabel("rescoring time / drafter time", color="C3")
+        ax.legend(fontsize=7, loc="lower left")
+        share.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    if "E5" in panels:
+        ax = axes.pop(0)
+        # The calibration runs (rift-dyn@delta=..., with their own full baseline) stay out.
+        calibration = {(r["preset"], r["input_tokens"]) for r in of("E5") if r["policy"].startswith("rift-dyn@")}
+        rows = [r for r in of("E5") if (r["preset"], r["input_tokens"]) not in calibration]
+        labels = [f"{r['preset']}\n{r['policy'].split('@')[0]}" for r in rows]
+        ax.bar(range(len(rows)), [r["al"] for r in rows], color="C2")
+        for i, r in enumerate(rows):
+            if r.get("rescorings") is not None:
+                ax.annotate(f"{r['rescorings']:.1f} rescorings", (i, r["al"]), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+        ax.set(title="E5 rift-ada (calibrated) vs rift-dyn: AL", ylabel="AL")
+        ax.grid(alpha=0.3, axis="y")
+    where = "; ".join(", ".join(sorted({str(r[k]) for r in records})) for k in ("machine", "dtype", "date"))
+    fig.suptitle(f"rift-hf experiments ({where})", fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

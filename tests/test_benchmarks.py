@@ -34,3 +34,14 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     calibration = json.loads((tmp_path / "E5" / "calibration" / "compare.json").read_text())
     events = experiments.calibration_events(calibration)
     assert events and all(e["drift"] is not None for e in events), "rift-dyn must log query drift for calibration"
+
+    from rift_hf.cli import rebuild_summary, summary_table
+    from rift_hf.plots import plot_summary
+
+    (tmp_path / "summary.json").unlink()
+    rebuilt = rebuild_summary(tmp_path / "summary.json")  # from the compare.json files alone
+    assert len(rebuilt) == len(records) and {r["policy"] for r in rebuilt} == {r["policy"] for r in records}
+    dyn16 = next(r for r in rebuilt if r["policy"] == "rift-dyn@delta=16")
+    assert dyn16["rescorings"] >= 1 and dyn16["peak_store_mib"] > 0
+    assert "| rift-ada |" in summary_table(rebuilt, ["E5"])
+    assert plot_summary(rebuilt, tmp_path / "overview.png").stat().st_size > 10_000

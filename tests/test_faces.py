@@ -116,4 +116,5 @@ def test_summary_table_groups_records_by_experiment():
         "date": "d",
     }
     text = summary_table([record, {**record, "experiment": "E1", "policy": "full", "retention": 1.0}], ["E2"])
-    assert text.startswith("**E2**") and "| p | swa | 4x | 10 | 5 | 2.00 | 0.50 |" in text and "E1" not in text
+    assert text.startswith("**E2** (m; bf16; d)") and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 |" in text
+    assert "E1" not in text
