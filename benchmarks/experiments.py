@@ -1,7 +1,8 @@
 """The benchmark issue's experiments E1-E5, each a set of `rift-hf compare` runs recorded in `summary.json`.
 
     python -m benchmarks.experiments E1 E2 --preset qwen-coder            # the issue's sizes (CPU-hours here)
-    python -m benchmarks.experiments all --scale small                    # a quarter of the lengths, 1 prompt/regime (~75 min on 2 cores)
+    python -m benchmarks.experiments all --scale small     # 1/4 of the lengths, 1 prompt/regime (~75 min, 2 cores)
+    python -m benchmarks.experiments E1 --sources prose    # Shakespeare and KJV prompts, recorded as E1-prose
     python -m benchmarks.experiments all --preset tiny-random --scale tiny  # seconds; CI runs this so it cannot rot
 
 E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
@@ -59,6 +60,9 @@ def main(argv=None) -> None:
     parser.add_argument("--preset", default="qwen-coder")
     parser.add_argument("--scale", choices=SCALES, default="paper")
     parser.add_argument("--window", type=int, default=64)
+    parser.add_argument(
+        "--sources", choices=("code", "prose"), default="code", help="prompt texts: stdlib source or Shakespeare + KJV"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
@@ -74,9 +78,13 @@ def main(argv=None) -> None:
         dtype="float32" if args.preset == "tiny-random" else "bfloat16",
         models=models,
         reuse={},
+        sources=args.sources,
     )
 
+    suffix = "" if args.sources == "code" else f"-{args.sources}"
+
     def run(name, tag, policies, **kwargs):
+        label = name + suffix
         options = {
             "compression": 4.0,
             "input_tokens": tokens,
@@ -95,9 +103,9 @@ def main(argv=None) -> None:
             options.pop("gamma"),
             options.pop("window"),
             options.pop("delta"),
-            args.out / name / tag,
+            args.out / label / tag,
             options.pop("dtype"),
-            experiment=name,
+            experiment=label,
             summary_path=args.out / "summary.json",
             **options,
         )
@@ -129,8 +137,8 @@ def main(argv=None) -> None:
         elif name == "E5":
             calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))
             thresholds = calibrate_thresholds(calibration_events(calibration), min_events=2)
-            (args.out / "E5").mkdir(parents=True, exist_ok=True)
-            (args.out / "E5" / "thresholds.json").write_text(json.dumps(thresholds, indent=2) + "\n")
+            (args.out / f"E5{suffix}").mkdir(parents=True, exist_ok=True)
+            (args.out / f"E5{suffix}" / "thresholds.json").write_text(json.dumps(thresholds, indent=2) + "\n")
             ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
             policy_config(ada, 0.25, window, 128, None)  # validates the label before the long run
             run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))

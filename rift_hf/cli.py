@@ -51,6 +51,7 @@ def compare(
     extra: dict | None = None,
     budget_tokens: int | None = None,
     tasks: tuple[str, ...] = ("repeat", "continue"),
+    sources="code",
     models: tuple | None = None,
     summary_path: Path | None = None,
     reuse: dict | None = None,
@@ -74,7 +75,7 @@ def compare(
         model.generation_config.num_assistant_tokens = gamma
         model.generation_config.num_assistant_tokens_schedule = "constant"
         model.generation_config.assistant_confidence_threshold = 0.0
-    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks)
+    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     runs = []
     steps = len(prompts) * (len(policies) + 1)
     with tqdm(total=steps, desc="compare") as bar:
@@ -165,6 +166,8 @@ def compare(
         "input_tokens": input_tokens,
         "new_tokens": new_tokens,
         "prompts": len(prompts),
+        "tasks": list(tasks),
+        "sources": sources if isinstance(sources, str) else list(sources),
         "dtype": dtype,
         "machine": machine(),
         "date": datetime.date.today().isoformat(),
@@ -360,7 +363,9 @@ def main(argv=None) -> None:
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
     cmp.add_argument("--input-tokens", type=int, default=1024, help="approximate source tokens per prompt")
     cmp.add_argument("--new-tokens", type=int, default=64)
-    cmp.add_argument("--per-task", type=int, default=1, help="prompts per task (repeat, continue)")
+    cmp.add_argument("--per-task", type=int, default=1, help="prompts per task")
+    cmp.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
+    cmp.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
     cmp.add_argument("--gamma", type=int, default=11)
     cmp.add_argument("--window", type=int, default=64)
     cmp.add_argument("--delta", type=int, default=128)
@@ -469,6 +474,8 @@ def main(argv=None) -> None:
         args.delta,
         args.out,
         args.dtype,
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        sources=args.sources,
     )
     print(markdown_table(result))
 

