@@ -336,8 +336,9 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     from .training.card import write_card
 
     target_spec, draft_spec = PRESETS[preset]
-    name = f"{draft_spec.name}-rift-distilled"
-    card = write_card(
+    teacher = json.loads((out / "eval.json").read_text()).get("teacher_top_k")
+    name = f"{draft_spec.name}-rift-{'target-' if teacher else ''}distilled"
+    write_card(
         out / "eval.json",
         [out / "model", card_dir / name],
         name,
@@ -348,10 +349,11 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     print(f"wrote {out / 'model' / 'README.md'} and {card_dir / name / 'README.md'}")
     readme = Path("README.md")
     if readme.exists() and "<!-- training:start -->" in readme.read_text():
-        results = card.content.split("## Results", 1)[1].split("## Training", 1)[0].strip()
-        write_into_readme(
-            f"From [`model_cards/{name}`](model_cards/{name}/README.md):\n\n{results}\n", readme, "training"
-        )
+        blocks = []
+        for path in sorted(card_dir.glob("*/README.md")):  # every trained drafter's card, not only this one
+            results = path.read_text().split("## Results", 1)[1].split("## Training", 1)[0].strip()
+            blocks.append(f"From [`{path.parent.as_posix()}`]({path.as_posix()}):\n\n{results}\n")
+        write_into_readme("\n".join(blocks), readme, "training")
 
 
 def main(argv=None) -> None:
