@@ -8,7 +8,7 @@
 E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
 swa, rift-stat, rift-dyn; E3 input-length sweep at a fixed token budget (stat vs dyn, drafter ms/token); E4 the
 rift-dyn Δ sweep with measured rescoring share; E5 rift-ada with thresholds calibrated on separate prompts from
-rift-dyn (Δ = 16) rescorings, against rift-dyn. Results go to `benchmarks/results/<experiment>/...` and records
+rift-dyn (Δ = 16) rescorings, against rift-dyn. Results go to `benchmarks/results/<experiment>/<preset>/...` and records
 (upserted by key) to `benchmarks/results/summary.json`. One process shares its generations between experiments
 (the target alone, `full`, and any policy run with an unchanged config are generated once), so `all` costs less than
 the experiments run one by one. Δ values above the output length are left out of E4 (they never rescore), and E3
@@ -63,6 +63,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--sources", choices=("code", "prose"), default="code", help="prompt texts: stdlib source or Shakespeare + KJV"
     )
+    parser.add_argument("--new-tokens", type=int, help="override the scale's output length (e.g. a longer E2)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
@@ -70,6 +71,7 @@ def main(argv=None) -> None:
 
     models = load_preset(args.preset)
     tokens, new, per_task = SCALES[args.scale]
+    new = args.new_tokens or new
     window = min(args.window, tokens // 16)
     common = dict(
         gamma=11,
@@ -103,7 +105,7 @@ def main(argv=None) -> None:
             options.pop("gamma"),
             options.pop("window"),
             options.pop("delta"),
-            args.out / label / tag,
+            args.out / label / args.preset / (f"{tag}-{new}tok" if args.new_tokens else tag),
             options.pop("dtype"),
             experiment=label,
             summary_path=args.out / "summary.json",
@@ -137,8 +139,10 @@ def main(argv=None) -> None:
         elif name == "E5":
             calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))
             thresholds = calibrate_thresholds(calibration_events(calibration), min_events=2)
-            (args.out / f"E5{suffix}").mkdir(parents=True, exist_ok=True)
-            (args.out / f"E5{suffix}" / "thresholds.json").write_text(json.dumps(thresholds, indent=2) + "\n")
+            (args.out / f"E5{suffix}" / args.preset).mkdir(parents=True, exist_ok=True)
+            (args.out / f"E5{suffix}" / args.preset / "thresholds.json").write_text(
+                json.dumps(thresholds, indent=2) + "\n"
+            )
             ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
             policy_config(ada, 0.25, window, 128, None)  # validates the label before the long run
             run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))

@@ -26,12 +26,12 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     experiments.main(["E5", "--preset", "tiny-random", "--scale", "tiny", "--out", str(tmp_path)])
     records = json.loads((tmp_path / "summary.json").read_text())
     assert {r["policy"] for r in records if r["experiment"] == "E5"} >= {"full", "rift-dyn", "rift-ada"}
-    assert set(json.loads((tmp_path / "E5" / "thresholds.json").read_text())) == {
+    assert set(json.loads((tmp_path / "E5" / "tiny-random" / "thresholds.json").read_text())) == {
         "al_threshold",
         "entropy_threshold",
         "drift_threshold",
     }
-    calibration = json.loads((tmp_path / "E5" / "calibration" / "compare.json").read_text())
+    calibration = json.loads((tmp_path / "E5" / "tiny-random" / "calibration" / "compare.json").read_text())
     events = experiments.calibration_events(calibration)
     assert events and all(e["drift"] is not None for e in events), "rift-dyn must log query drift for calibration"
 
