@@ -45,3 +45,16 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     assert dyn16["rescorings"] >= 1 and dyn16["peak_store_mib"] > 0
     assert "| rift-ada |" in summary_table(rebuilt, ["E5"])
     assert plot_summary(rebuilt, tmp_path / "overview.png").stat().st_size > 10_000
+
+
+def test_lossless_fp32_check_runs_and_every_policy_matches_greedy(tmp_path):
+    from benchmarks import lossless_fp32
+
+    out = tmp_path / "lossless.json"
+    argv = ["--preset", "tiny-random", "--input-tokens", "96", "--new-tokens", "12", "--budget", "24"]
+    result = lossless_fp32.main(
+        [*argv, "--window", "8", "--delta", "4", "--policies", "full,snapkv,rift-dyn", "--out", str(out)]
+    )
+    assert set(result["runs"]) == {"full", "snapkv", "rift-dyn"}
+    assert all(run["same_as_greedy"] for run in result["runs"].values())
+    assert json.loads(out.read_text())["dtype"] == "float32"
