@@ -215,6 +215,28 @@ def _mean(rows: list[dict], key: str, scale: float = 1.0):
     return None if not values or None in values else statistics.mean(values) / scale
 
 
+def staleness(rows: list[dict], new_tokens: int) -> dict:
+    """AL of the rounds starting in the first vs second half of the output, and the attention-mass share on kept
+    positions in the first vs last quarter of it (None where not tracked), averaged over `rows` (one per prompt)."""
+    halves: tuple[list, list] = ([], [])
+    quarters: tuple[list, list] = ([], [])
+    for r in rows:
+        position = 0
+        for accepted in r.get("accepted", []):
+            halves[position >= new_tokens // 2].append(accepted + 1)
+            position += accepted + 1
+        for position, share in r.get("attention_mass") or []:
+            offset = position - r["input_tokens"]
+            if offset < new_tokens // 4 or offset >= new_tokens - new_tokens // 4:
+                quarters[offset >= new_tokens // 4].append(share)
+    return {
+        "al_early": statistics.mean(halves[0]) if halves[0] else None,
+        "al_late": statistics.mean(halves[1]) if halves[1] else None,
+        "mass_early": statistics.mean(quarters[0]) if quarters[0] else None,
+        "mass_late": statistics.mean(quarters[1]) if quarters[1] else None,
+    }
+
+
 def update_summary(result: dict, experiment: str, path: Path) -> None:
     """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`.
 
@@ -238,6 +260,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "peak_kv_mib": _mean(rows, "peak_kv_bytes", 2**20),
             "peak_store_mib": _mean(rows, "peak_store_bytes", 2**20),
             "speedup": _mean(rows, "speedup"),
+            **staleness(rows, result["new_tokens"]),
             "date": result["date"],
             "machine": result["machine"],
             "dtype": result["dtype"],
@@ -277,14 +300,24 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
             "rescorings | rescore share | peak KV MiB (working / store) | speedup |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+        tracked = any(r.get("mass_early") is not None for r in rows)  # E2: staleness columns
+        if tracked:
+            lines[2] += " AL 1st half → 2nd half | attention mass kept, 1st → last quarter |"
+            lines[3] += "---|---|"
         for r in rows:
-            lines.append(
+            line = (
                 f"| {r['preset']} | {r['policy']} | {r['compression']:g}x | {r['input_tokens']} | "
                 f"{r['output_tokens']} | {r.get('prompts', '-')} | {r['al']:.2f} | {r['retention']:.2f} | "
                 f"{r['draft_ms_per_token']:.1f} | {_fmt(r.get('rescorings'), '.1f')} | {r['rescore_share']:.3f} | "
                 f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
                 f"{_fmt(r.get('speedup'), '.2f')}x |"
             )
+            if tracked:
+                line += (
+                    f" {_fmt(r.get('al_early'), '.2f')} → {_fmt(r.get('al_late'), '.2f')} | "
+                    f"{_fmt(r.get('mass_early'), '.2f')} → {_fmt(r.get('mass_late'), '.2f')} |"
+                )
+            lines.append(line)
         blocks.append("\n".join(lines) + "\n")
     return "\n".join(blocks)
 

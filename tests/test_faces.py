@@ -118,3 +118,13 @@ def test_summary_table_groups_records_by_experiment():
     text = summary_table([record, {**record, "experiment": "E1", "policy": "full", "retention": 1.0}], ["E2"])
     assert text.startswith("**E2** (m; bf16; d)") and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 |" in text
     assert "E1" not in text
+
+
+def test_staleness_splits_rounds_by_half_and_mass_by_quarter():
+    from rift_hf.cli import staleness
+
+    # 8 new tokens after a 10-token prompt: rounds emit 2, 2, 1, 3 tokens (start at 0, 2, 4, 5 of the output)
+    run = {"input_tokens": 10, "accepted": [1, 1, 0, 2], "attention_mass": [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]}
+    result = staleness([run], new_tokens=8)
+    assert result == pytest.approx({"al_early": 2.0, "al_late": 2.0, "mass_early": 0.8, "mass_late": 0.3})
+    assert staleness([{"input_tokens": 10, "accepted": [7]}], 8)["mass_early"] is None
