@@ -41,15 +41,14 @@ def main(argv=None) -> dict:
         model.generation_config.assistant_confidence_threshold = 0.0
     prompt = prompt_set(tokenizer, args.input_tokens, 1, tasks=(args.task,))[0]
     gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
-    plain = target.generate(prompt.input_ids, **gen)
+    ids = prompt.input_ids.to(target.device)
+    plain = target.generate(ids, **gen)
     result = {"preset": args.preset, "prompt": prompt.name, "tokens": prompt.tokens, "new_tokens": args.new_tokens}
     result |= {"dtype": "float32", "machine": machine(), "date": datetime.date.today().isoformat(), "runs": {}}
     for policy in args.policies.split(","):
         config = policy_config(policy, args.budget, args.window, args.delta, None)
         tick = time.perf_counter()
-        out = target.generate(
-            prompt.input_ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
-        )
+        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
         result["runs"][policy] = {
             "same_as_greedy": bool(torch.equal(out, plain)),
             "al": rift_hf.last_stats(target).acceptance_length,

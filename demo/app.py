@@ -166,7 +166,7 @@ def run_policy(
         try:
             with torch.no_grad():
                 preset.target.generate(
-                    ids,
+                    ids.to(preset.target.device),
                     assistant_model=preset.draft,
                     max_new_tokens=int(new_tokens),
                     min_new_tokens=int(new_tokens),

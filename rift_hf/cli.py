@@ -28,9 +28,12 @@ def machine() -> str:
 
 
 def _timed_generate(model, ids, **kwargs):
+    ids = ids.to(model.device)
     tick = time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, do_sample=False, **kwargs)
+    if out.device.type == "cuda":
+        torch.cuda.synchronize(out.device)
     return out, time.perf_counter() - tick
 
 

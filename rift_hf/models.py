@@ -141,8 +141,15 @@ def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(ensure_local(spec), dtype=dtype, **kwargs)
+    if "device_map" not in kwargs:  # accelerate places the model itself when given a device map
+        model.to(default_device())
     model.eval()
     return model
+
+
+def default_device() -> str:
+    """Where real models go: the first GPU when there is one, else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class ByteTokenizer:

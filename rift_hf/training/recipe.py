@@ -56,7 +56,7 @@ def acceptance_lengths(target, draft, prompts, configs: dict[str, dict], new_tok
         for name, config in configs.items():
             with torch.no_grad():
                 target.generate(
-                    prompt.input_ids,
+                    prompt.input_ids.to(target.device),
                     assistant_model=draft,
                     max_new_tokens=new_tokens,
                     min_new_tokens=new_tokens,
