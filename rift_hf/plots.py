@@ -117,9 +117,9 @@ def plot_summary(records: list[dict], path: Path) -> Path:
             xs = [i + g * width for i, p in enumerate(policies) if p in values]
             ax.bar(xs, [values[p] for p in policies if p in values], width, label=f"{preset} {compression:g}x")
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(policies))], policies, rotation=25, fontsize=8)
-        ax.set(title="E1 retention vs full cache", ylim=(0, 1.1))
+        ax.set(title="E1 retention vs full cache", ylim=(0, 1.4))
         ax.axhline(1.0, color="k", lw=0.5)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", ncol=2)
         ax.grid(alpha=0.3, axis="y")
     if "E3" in panels:
         retention, cost = axes.pop(0), axes.pop(0)
@@ -176,8 +176,8 @@ def plot_summary(records: list[dict], path: Path) -> Path:
         ax.bar(range(len(rows)), [r["al"] for r in rows], color="C2")
         for i, r in enumerate(rows):
             if r.get("rescorings") is not None:
-                ax.annotate(f"{r['rescorings']:.1f} rescorings", (i, r["al"]), ha="center", va="bottom", fontsize=7)
-        ax.set_xticks(range(len(rows)), labels, fontsize=7)
+                ax.annotate(f"{r['rescorings']:.0f} resc.", (i, r["al"]), ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=30)
         ax.set(title="E5 rift-ada (calibrated) vs rift-dyn: AL", ylabel="AL")
         ax.grid(alpha=0.3, axis="y")
     where = "; ".join(", ".join(sorted({str(r[k]) for r in records})) for k in ("machine", "dtype", "date"))
