@@ -22,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from rift_hf import POLICIES, calibrate_thresholds
+from rift_hf import POLICIES, RiftConfig, calibrate_thresholds
 from rift_hf.cli import compare, policy_config
 
 RESULTS = Path("benchmarks/results")
@@ -144,7 +144,7 @@ def main(argv=None) -> None:
                 json.dumps(thresholds, indent=2) + "\n"
             )
             ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
-            policy_config(ada, 0.25, window, 128, None)  # validates the label before the long run
+            RiftConfig(**policy_config(ada, 0.25, window, 128, None))  # a bad label fails now, not after the run
             run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))
         else:
             parser.error(f"unknown experiment {name!r}; choose from E1 ... E5 or all")

@@ -18,7 +18,7 @@ import torch
 
 import rift_hf
 from rift_hf.cli import machine, policy_config
-from rift_hf.models import load_preset
+from rift_hf.models import fix_draft_length, load_preset
 from rift_hf.prompts import prompt_set
 
 
@@ -35,10 +35,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lossless_fp32.json"))
     args = parser.parse_args(argv)
     target, draft, tokenizer = load_preset(args.preset, dtype=torch.float32)
-    for model in (target, draft):
-        model.generation_config.num_assistant_tokens = 11
-        model.generation_config.num_assistant_tokens_schedule = "constant"
-        model.generation_config.assistant_confidence_threshold = 0.0
+    fix_draft_length(target, draft, gamma=11)
     prompt = prompt_set(tokenizer, args.input_tokens, 1, tasks=(args.task,))[0]
     gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
     ids = prompt.input_ids.to(target.device)

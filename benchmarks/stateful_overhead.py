@@ -23,6 +23,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rift_hf  # noqa: F401  (registers cache_implementation="rift")
+from rift_hf.models import fix_draft_length
 
 WIDTH = dict(
     vocab_size=512,
@@ -52,12 +53,7 @@ def perturbed(model, noise: float):
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn_like(p) * noise * (p.std() if p.numel() > 1 else 1.0))
-    for key, value in {
-        "num_assistant_tokens": 6,
-        "num_assistant_tokens_schedule": "constant",
-        "assistant_confidence_threshold": 0.0,
-    }.items():
-        setattr(other.generation_config, key, value)
+    fix_draft_length(other, gamma=6)
     return other
 
 

@@ -24,7 +24,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
-from rift_hf.models import ByteTokenizer, tiny_random_pair
+from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -147,9 +147,7 @@ def run_policy(
     result: PolicyRun,
 ):
     """Generator: runs one policy in a thread, yielding as each round arrives; closing it cancels the run."""
-    preset.draft.generation_config.num_assistant_tokens = int(gamma)
-    preset.draft.generation_config.num_assistant_tokens_schedule = "constant"
-    preset.draft.generation_config.assistant_confidence_threshold = 0.0
+    fix_draft_length(preset.draft, gamma=int(gamma))
     budget_tokens = max(1, int(budget * ids.shape[1]))
     config = {
         "policy": policy,

@@ -69,15 +69,12 @@ def compare(
     config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
     generating again (`full` ignores budget and Δ).
     """
-    from .models import load_preset
+    from .models import fix_draft_length, load_preset
     from .prompts import prompt_set
 
     torch_dtype = getattr(torch, dtype)
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=torch_dtype)
-    for model in (target, draft):
-        model.generation_config.num_assistant_tokens = gamma
-        model.generation_config.num_assistant_tokens_schedule = "constant"
-        model.generation_config.assistant_confidence_threshold = 0.0
+    fix_draft_length(target, draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     runs = []
     steps = len(prompts) * (len(policies) + 1)

@@ -147,6 +147,14 @@ def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
     return model
 
 
+def fix_draft_length(*models, gamma: int) -> None:
+    """Pin what acceptance measurements must pin: `gamma` drafted tokens, constant schedule, confidence threshold 0."""
+    for model in models:
+        model.generation_config.num_assistant_tokens = gamma
+        model.generation_config.num_assistant_tokens_schedule = "constant"
+        model.generation_config.assistant_confidence_threshold = 0.0
+
+
 def default_device() -> str:
     """Where real models go: the first GPU when there is one, else the CPU."""
     return "cuda" if torch.cuda.is_available() else "cpu"

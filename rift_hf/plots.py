@@ -149,8 +149,9 @@ def plot_summary(records: list[dict], path: Path) -> Path:
         share = ax.twinx()
         for preset in presets:
             rows = [r for r in of("E4") if r["preset"] == preset and "delta=" in r["policy"]]
-            rows.sort(key=lambda r: int(r["policy"].rsplit("delta=", 1)[1].split(",")[0]))
-            xs = [int(r["policy"].rsplit("delta=", 1)[1].split(",")[0]) for r in rows]
+            deltas = {r["policy"]: int(r["policy"].rsplit("delta=", 1)[1].split(",")[0]) for r in rows}
+            rows.sort(key=lambda r: deltas[r["policy"]])
+            xs = [deltas[r["policy"]] for r in rows]
             ax.plot(
                 xs, [r["retention"] for r in rows], styles[preset], marker="o", color="C0", label=f"{preset} retention"
             )

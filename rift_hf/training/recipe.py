@@ -48,9 +48,9 @@ def acceptance_lengths(target, draft, prompts, configs: dict[str, dict], new_tok
     """AL per named cache config on every prompt (γ fixed, constant schedule, threshold 0)."""
     import rift_hf
 
-    draft.generation_config.num_assistant_tokens = gamma
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.0
+    from ..models import fix_draft_length
+
+    fix_draft_length(draft, gamma=gamma)
     out = {name: [] for name in configs}
     for prompt in tqdm(prompts, desc="evaluate"):
         for name, config in configs.items():
