@@ -1,7 +1,9 @@
 """Triton kernels for SnapKV window scores and attention over an indexed selection of a KV store.
 
 Same signatures and semantics as `reference.py`. Arithmetic is done in fp32 whatever the input dtype (the Triton
-interpreter computes bf16 wrongly, and fp32 accumulation is what the references do).
+interpreter computes bf16 wrongly, and fp32 accumulation is what the references do). Matrix products run on tensor
+cores as tf32, which holds fp16/bf16 inputs exactly; fp32 inputs ask for full-precision ("ieee") products instead,
+so an fp32 model gets fp32 attention (tf32 cost 2e-3 absolute error on the GPU tests).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ import triton.language as tl
 
 def _pow2(n: int, minimum: int = 16) -> int:
     return max(minimum, triton.next_power_of_2(n))
+
+
+def _dot_precision(tensor: torch.Tensor) -> str:
+    return "ieee" if tensor.dtype == torch.float32 else "tf32"
 
 
 @triton.jit
@@ -37,6 +43,7 @@ def _window_lse_fwd_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_D: tl.constexpr,
     D: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     # One program per (batch, query head): log-sum-exp of every window query over all its visible keys.
     pid = tl.program_id(0)
@@ -57,7 +64,7 @@ def _window_lse_fwd_kernel(
             mask=(t[:, None] < T) & (d[None, :] < D),
             other=0.0,
         ).to(tl.float32)
-        logits = tl.dot(q, tl.trans(k)) * scale
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         visible = (t[None, :] <= q_pos[:, None]) & (t[None, :] < T)
         logits = tl.where(visible, logits, float("-inf"))
         m_new = tl.maximum(m, tl.max(logits, 1))
@@ -93,6 +100,7 @@ def _window_scores_fwd_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_D: tl.constexpr,
     D: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     # One program per (batch, KV head, block of keys): softmax mass summed over the window, averaged over the group.
     pid, tb = tl.program_id(0), tl.program_id(1)
@@ -114,7 +122,7 @@ def _window_scores_fwd_kernel(
             other=0.0,
         ).to(tl.float32)
         lse = tl.load(LSE + (b * H_Q + hq) * BLOCK_W + w, mask=w < W, other=0.0)
-        logits = tl.dot(q, tl.trans(k)) * scale
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         probs = tl.where(visible, tl.exp(logits - lse[:, None]), 0.0)
         acc += tl.sum(probs, 0)
     tl.store(OUT + pid * T + t, acc / G, mask=t < T)
@@ -153,6 +161,7 @@ def window_attention_scores(
         BLOCK_T=block_t,
         BLOCK_D=block_d,
         D=dim,
+        PRECISION=_dot_precision(query),
     )
     _window_scores_fwd_kernel[(batch * h_kv, triton.cdiv(length, block_t))](
         query,
@@ -170,6 +179,7 @@ def window_attention_scores(
         BLOCK_T=block_t,
         BLOCK_D=block_d,
         D=dim,
+        PRECISION=_dot_precision(query),
     )
     return out
 
@@ -206,12 +216,14 @@ def _indexed_attention_fwd_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_D: tl.constexpr,
     D: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
-    # One program per (batch, query head): online softmax over the selected store rows, gathered on the fly.
-    pid = tl.program_id(0)
+    # One program per (batch, query head, block of queries): online softmax over the selected store rows, gathered on
+    # the fly; a block stops at the last row its queries can see.
+    pid, lb = tl.program_id(0), tl.program_id(1)
     b, hq = pid // H_Q, pid % H_Q
     hk = hq // G
-    li = tl.arange(0, BLOCK_L)
+    li = lb * BLOCK_L + tl.arange(0, BLOCK_L)
     d = tl.arange(0, BLOCK_D)
     q = tl.load(
         Q + b * sq_b + hq * sq_h + li[:, None] * sq_l + d[None, :], mask=(li[:, None] < L) & (d[None, :] < D), other=0.0
@@ -220,7 +232,7 @@ def _indexed_attention_fwd_kernel(
     m = tl.full([BLOCK_L], float("-inf"), tl.float32)
     s = tl.zeros([BLOCK_L], tl.float32)
     acc = tl.zeros([BLOCK_L, BLOCK_D], tl.float32)
-    for start in range(0, KSEL, BLOCK_K):
+    for start in range(0, tl.minimum(KSEL, KSEL - L + (lb + 1) * BLOCK_L), BLOCK_K):
         j = start + tl.arange(0, BLOCK_K)
         rows = tl.load(IDX + b * si_b + hk * si_h + j, mask=j < KSEL, other=0)
         k = tl.load(
@@ -233,14 +245,14 @@ def _indexed_attention_fwd_kernel(
             mask=(j[:, None] < KSEL) & (d[None, :] < D),
             other=0.0,
         ).to(tl.float32)
-        logits = tl.dot(q, tl.trans(k)) * scale
+        logits = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         visible = (j[None, :] <= own[:, None]) & (j[None, :] < KSEL)
         logits = tl.where(visible, logits, float("-inf"))
         m_new = tl.maximum(m, tl.max(logits, 1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(logits - m_new[:, None])
         s = s * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         m = m_new
     if HAS_SINKS:
         sink = tl.load(SINKS + hq).to(tl.float32)
@@ -270,7 +282,8 @@ def indexed_attention(
     query, key, value, index = query.contiguous(), key.contiguous(), value.contiguous(), index.contiguous()
     out = torch.empty_like(query)
     sinks_arg = sinks.contiguous() if sinks is not None else query
-    _indexed_attention_fwd_kernel[(batch * h_q,)](
+    block_l = min(_pow2(length), 64)  # decode (L <= gamma + 1) is one block; a prefill is tiled
+    _indexed_attention_fwd_kernel[(batch * h_q, triton.cdiv(length, block_l))](
         query,
         key,
         value,
@@ -288,9 +301,10 @@ def indexed_attention(
         *out.stride()[:3],
         H_Q=h_q,
         HAS_SINKS=sinks is not None,
-        BLOCK_L=_pow2(length),
+        BLOCK_L=block_l,
         BLOCK_K=64,
         BLOCK_D=_pow2(dim),
         D=dim,
+        PRECISION=_dot_precision(query),
     )
     return out

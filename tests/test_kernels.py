@@ -1,4 +1,5 @@
-"""Triton kernels against their PyTorch references, under the Triton interpreter on CPU.
+"""Triton kernels against their PyTorch references: compiled on a GPU when there is one, else under the Triton
+interpreter on CPU (see conftest), where bf16 arithmetic is wrong and so only fp32/fp16 are checked.
 
 Tolerance (as flash-attention's tests): the kernel's error against an fp32 reference is at most twice the error
 of the PyTorch reference computed in the same dtype, plus a small floor for exact-zero cases.
@@ -14,7 +15,8 @@ from rift_hf.kernels import (
     triton_ops,  # noqa: E402  (interpreted on CPU: see conftest)
 )
 
-DTYPES = [torch.float32, torch.float16]
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE.type == "cuda" else [])
 
 
 def _check(kernel_out, torch_out, exact, floor=1e-6):
@@ -32,9 +34,9 @@ def _check(kernel_out, torch_out, exact, floor=1e-6):
 )
 def test_window_attention_scores(h_kv, group, window, length, dim, sinks, dtype):
     g = torch.Generator().manual_seed(0)
-    query = torch.randn(1, h_kv * group, window, dim, generator=g).to(dtype)
-    key = torch.randn(1, h_kv, length, dim, generator=g).to(dtype)
-    sink = torch.randn(h_kv * group, generator=g) if sinks else None
+    query = torch.randn(1, h_kv * group, window, dim, generator=g).to(DEVICE, dtype)
+    key = torch.randn(1, h_kv, length, dim, generator=g).to(DEVICE, dtype)
+    sink = torch.randn(h_kv * group, generator=g).to(DEVICE) if sinks else None
     scale = dim**-0.5
     exact = reference.window_attention_scores(query.float(), key.float(), scale, sink)
     torch_out = reference.window_attention_scores(query, key, scale, sink)
@@ -52,7 +54,8 @@ def _reference_in_dtype(query, key, value, index, scale, sink):
     v = torch.gather(value, 2, gather).repeat_interleave(h_q // h_kv, 1)
     logits = (query @ k.transpose(-1, -2)) * scale
     k_sel = index.shape[-1]
-    causal = torch.arange(k_sel)[None, :] > torch.arange(k_sel - length, k_sel)[:, None]
+    positions = torch.arange(k_sel, device=query.device)
+    causal = positions[None, :] > positions[k_sel - length :, None]
     logits = logits.masked_fill(causal, float("-inf"))
     if sink is not None:
         logits = torch.cat([logits, sink.to(query.dtype).view(1, -1, 1, 1).expand(b, -1, length, 1)], -1)
@@ -63,20 +66,20 @@ def _reference_in_dtype(query, key, value, index, scale, sink):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("sinks", [False, True], ids=["nosink", "sink"])
 @pytest.mark.parametrize("group", [1, 2, 7])
-@pytest.mark.parametrize("length", [1, 12])
+@pytest.mark.parametrize("length", [1, 12, 100])  # 100: a prefill, tiled over blocks of queries
 def test_indexed_attention(length, group, sinks, dtype):
     g = torch.Generator().manual_seed(1)
-    h_kv, store, k_sel, dim = 2, 150, 45, 24
-    query = torch.randn(1, h_kv * group, length, dim, generator=g).to(dtype)
-    key = torch.randn(1, h_kv, store, dim, generator=g).to(dtype)
-    value = torch.randn(1, h_kv, store, dim, generator=g).to(dtype)
+    h_kv, store, k_sel, dim = 2, 150, max(45, length + 10), 24
+    query = torch.randn(1, h_kv * group, length, dim, generator=g).to(DEVICE, dtype)
+    key = torch.randn(1, h_kv, store, dim, generator=g).to(DEVICE, dtype)
+    value = torch.randn(1, h_kv, store, dim, generator=g).to(DEVICE, dtype)
     # Per head: a scattered selection of older rows, then the queries' own rows at the end of the store.
     older = torch.stack(
         [torch.randperm(store - length, generator=g)[: k_sel - length].sort().values for _ in range(h_kv)]
     )
     own = torch.arange(store - length, store).expand(h_kv, -1)
-    index = torch.cat([older, own], -1)[None]
-    sink = torch.randn(h_kv * group, generator=g) if sinks else None
+    index = torch.cat([older, own], -1)[None].to(DEVICE)
+    sink = torch.randn(h_kv * group, generator=g).to(DEVICE) if sinks else None
     scale = dim**-0.5
     exact = reference.indexed_attention(query.float(), key.float(), value.float(), index, scale, sink)
     torch_out = _reference_in_dtype(query, key, value, index, scale, sink)
@@ -90,7 +93,8 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     from tiny import draft_target_pair, make_prompt
 
     target, draft = draft_target_pair("llama")
-    ids = make_prompt(40, seed=3)
+    target, draft = target.to(DEVICE), draft.to(DEVICE)
+    ids = make_prompt(40, seed=3).to(DEVICE)
     config = {"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4}
     runs = {}
     calls = []
