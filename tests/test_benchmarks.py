@@ -10,6 +10,22 @@ def test_kernel_benchmark_dry_run(tmp_path):
     share = result["rescore_share"]["share"]
     assert set(share) == {"16", "32", "64", "128", "256", "512", "1024"}
     assert share["16"] > share["1024"] > 0
+    steps = result["drafter_step"]
+    assert [row["T"] for row in steps] == [64, 128]
+    assert all(row[f"{name}_ms"] > 0 for row in steps for name in ("full", "rift-stat", "rift-dyn"))
+    table = (tmp_path / "kernels-dry-run.md").read_text()
+    assert "| 128 | 32 |" in table and "Rescoring (all layers) at T = 96" in table
+
+
+def test_kernel_table_goes_into_the_readme_block(tmp_path):
+    result = tmp_path / "kernels-x.json"
+    row = {"T": 8, "budget": 4, "full_ms": 2.0, "rift-stat_ms": 1.0, "rift-dyn_ms": 1.5}
+    result.write_text(json.dumps({"device": "X", "dtype": "bfloat16", "date": "2026-01-01", "drafter_step": [row]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- kernels:start -->\nold\n<!-- kernels:end -->\nb\n")
+    kernel_bench.main(["--table", str(result), "--readme", str(readme)])
+    text = readme.read_text()
+    assert "old" not in text and "| 8 | 4 | 2.0 | 1.0 | 1.5 |" in text and "Measured on X, bfloat16, 2026-01-01" in text
 
 
 def test_al_gain_compares_rounds_around_a_rescoring():

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Every check rift-hf runs on a GPU, in one go (a lent GPU comes with minutes, not hours).
+#
+#   bash benchmarks/gpu_session.sh [OUTDIR]      # from the repo root, on a machine with a CUDA GPU
+#
+# 1. the Triton kernel tests compiled for the GPU (fp32, fp16 and bf16) and the attention-backend tests;
+# 2. `python -m benchmarks.kernels`: kernels against the PyTorch path, the rescoring share, and one drafter decode
+#    step with a full cache against RIFT caches at 4K..128K inputs (Qwen2.5-Coder-0.5B shapes, random weights).
+# Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (e.g. transformers
+# 5.23 for an image that has another version) are installed into /tmp/site first; rift-hf runs from the checkout,
+# given the layout pyproject.toml installs (links rift_hf/kernels and rift_hf/demo, git-ignored), so nothing is
+# built. Each part has its own time limit and writes its
+# output as it goes, so a part that fails or runs out of time does not cost the others.
+set -u
+OUT=${1:-benchmarks/results/gpu}
+mkdir -p "$OUT" /tmp/site
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+[ -e rift_hf/kernels ] || ln -s ../kernels rift_hf/kernels
+[ -e rift_hf/demo ] || ln -s ../demo rift_hf/demo
+export PYTHONPATH=/tmp/site
+
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+$PY - <<'EOF' 2>&1 | tee "$OUT/env.txt"
+import platform, torch, transformers, triton
+print("python", platform.python_version(), "torch", torch.__version__, "triton", triton.__version__,
+      "transformers", transformers.__version__, "gpu", torch.cuda.get_device_name(0))
+EOF
+
+timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention.py \
+    2>&1 | tee "$OUT/pytest-gpu.txt"
+echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/pytest-gpu.txt"
+
+timeout 300 $PY -m benchmarks.kernels --out "$OUT" 2>&1 | tee "$OUT/kernels.log"
+echo "benchmarks.kernels exit: ${PIPESTATUS[0]}" | tee -a "$OUT/kernels.log"
