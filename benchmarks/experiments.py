@@ -64,6 +64,9 @@ def main(argv=None) -> None:
         "--sources", choices=("code", "prose"), default="code", help="prompt texts: stdlib source or Shakespeare + KJV"
     )
     parser.add_argument("--new-tokens", type=int, help="override the scale's output length (e.g. a longer E2)")
+    parser.add_argument("--input-tokens", type=int, help="override the scale's input length (e.g. a 4K probe on CPU)")
+    parser.add_argument("--policies", help="E1 only: a comma-separated subset of the policies (default: all)")
+    parser.add_argument("--compressions", default="4,8", help="E1 only: comma-separated compression ratios")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
@@ -72,6 +75,12 @@ def main(argv=None) -> None:
     models = load_preset(args.preset)
     tokens, new, per_task = SCALES[args.scale]
     new = args.new_tokens or new
+    tokens = args.input_tokens or tokens
+    e1_policies = args.policies.split(",") if args.policies else list(POLICIES)
+    for policy in e1_policies:
+        if policy not in POLICIES:
+            raise ValueError(f"--policies: unknown policy {policy!r}; choose from {', '.join(POLICIES)}.")
+    overrides = (f"-{tokens}in" if args.input_tokens else "") + (f"-{new}tok" if args.new_tokens else "")
     window = min(args.window, tokens // 16)
     common = dict(
         gamma=11,
@@ -105,7 +114,7 @@ def main(argv=None) -> None:
             options.pop("gamma"),
             options.pop("window"),
             options.pop("delta"),
-            args.out / label / args.preset / (f"{tag}-{new}tok" if args.new_tokens else tag),
+            args.out / label / args.preset / (tag + overrides),
             options.pop("dtype"),
             experiment=label,
             summary_path=args.out / "summary.json",
@@ -114,8 +123,8 @@ def main(argv=None) -> None:
 
     for name in names:
         if name == "E1":
-            for compression in (4.0, 8.0):
-                run("E1", f"{compression:g}x", list(POLICIES), compression=compression)
+            for compression in (float(c) for c in args.compressions.split(",")):
+                run("E1", f"{compression:g}x", e1_policies, compression=compression)
         elif name == "E2":
             run(
                 "E2",
