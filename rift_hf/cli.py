@@ -237,6 +237,24 @@ def staleness(rows: list[dict], new_tokens: int) -> dict:
     }
 
 
+def retention_spread(result: dict, policy: str) -> dict:
+    """Per-prompt retention (min, median, max) of `policy`, and its retention per task (ratio of mean ALs)."""
+    rows = [r for r in result["runs"] if r.get("policy") == policy]
+    per_prompt = [r["retention"] for r in rows if r.get("retention") is not None]
+    by_task = {}
+    for task in dict.fromkeys(r["task"] for r in rows if r.get("task")):
+        full = [r["al"] for r in result["runs"] if r.get("policy") == "full" and r.get("task") == task]
+        if full:
+            mine = [r["al"] for r in rows if r.get("task") == task]
+            by_task[task] = statistics.mean(mine) / statistics.mean(full)
+    return {
+        "retention_min": min(per_prompt) if per_prompt else None,
+        "retention_median": statistics.median(per_prompt) if per_prompt else None,
+        "retention_max": max(per_prompt) if per_prompt else None,
+        "retention_by_task": by_task or None,
+    }
+
+
 def update_summary(result: dict, experiment: str, path: Path) -> None:
     """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`.
 
@@ -254,6 +272,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "output_tokens": result["new_tokens"],
             "al": s["al"],
             "retention": s["retention"],
+            **retention_spread(result, s["policy"]),
             "draft_ms_per_token": s["draft_ms_per_token"],
             "rescore_share": s["rescore_share"],
             "rescorings": _mean(rows, "rescorings"),
@@ -296,9 +315,9 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
         lines = [
             f"**{experiment}** ({where})",
             "",
-            "| preset | policy | compression | input | output | prompts | AL | retention | drafter ms/token | "
-            "rescorings | rescore share | peak KV MiB (working / store) | speedup |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| preset | policy | compression | input | output | prompts | AL | retention | per prompt min / median / "
+            "max | drafter ms/token | rescorings | rescore share | peak KV MiB (working / store) | speedup |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         tracked = any(r.get("mass_early") is not None for r in rows)  # E2: staleness columns
         if tracked:
@@ -308,7 +327,9 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
             line = (
                 f"| {r['preset']} | {r['policy']} | {r['compression']:g}x | {r['input_tokens']} | "
                 f"{r['output_tokens']} | {r.get('prompts', '-')} | {r['al']:.2f} | {r['retention']:.2f} | "
-                f"{r['draft_ms_per_token']:.1f} | {_fmt(r.get('rescorings'), '.1f')} | {r['rescore_share']:.3f} | "
+                f"{_fmt(r.get('retention_min'), '.2f')} / {_fmt(r.get('retention_median'), '.2f')} / "
+                f"{_fmt(r.get('retention_max'), '.2f')} | {r['draft_ms_per_token']:.1f} | "
+                f"{_fmt(r.get('rescorings'), '.1f')} | {r['rescore_share']:.3f} | "
                 f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
                 f"{_fmt(r.get('speedup'), '.2f')}x |"
             )

@@ -90,6 +90,22 @@ def test_summary_records_are_upserted_by_key(tmp_path):
     } <= set(records[0])
 
 
+def test_retention_spread_per_prompt_and_per_task():
+    from rift_hf.cli import retention_spread
+
+    runs = [
+        {"policy": "full", "task": "repeat", "al": 10.0},
+        {"policy": "full", "task": "repeat", "al": 6.0},
+        {"policy": "full", "task": "continue", "al": 4.0},
+        {"policy": "snapkv", "task": "repeat", "al": 2.0, "retention": 0.2},
+        {"policy": "snapkv", "task": "repeat", "al": 6.0, "retention": 1.0},
+        {"policy": "snapkv", "task": "continue", "al": 2.0, "retention": 0.5},
+    ]
+    spread = retention_spread({"runs": runs}, "snapkv")
+    assert (spread["retention_min"], spread["retention_median"], spread["retention_max"]) == (0.2, 0.5, 1.0)
+    assert spread["retention_by_task"] == {"repeat": 0.5, "continue": 0.5}
+
+
 def test_al_by_position_buckets_rounds_by_where_they_start():
     from rift_hf.plots import al_by_position
 
@@ -116,7 +132,7 @@ def test_summary_table_groups_records_by_experiment():
         "date": "d",
     }
     text = summary_table([record, {**record, "experiment": "E1", "policy": "full", "retention": 1.0}], ["E2"])
-    assert text.startswith("**E2** (m; bf16; d)") and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 |" in text
+    assert text.startswith("**E2** (m; bf16; d)") and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 | - / - / - |" in text
     assert "E1" not in text
 
 
