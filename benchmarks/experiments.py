@@ -66,21 +66,27 @@ def main(argv=None) -> None:
     parser.add_argument("--new-tokens", type=int, help="override the scale's output length (e.g. a longer E2)")
     parser.add_argument("--input-tokens", type=int, help="override the scale's input length (e.g. a 4K probe on CPU)")
     parser.add_argument("--policies", help="E1 only: a comma-separated subset of the policies (default: all)")
+    parser.add_argument("--prompts-per-task", type=int, help="override the scale's prompts per task (regime)")
     parser.add_argument("--compressions", default="4,8", help="E1 only: comma-separated compression ratios")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
+    e1_policies = args.policies.split(",") if args.policies else list(POLICIES)
+    for label in e1_policies:  # a label may carry overrides: rift-dyn@delta=16
+        if label.partition("@")[0] not in POLICIES:
+            raise ValueError(f"--policies: unknown policy {label!r}; choose from {', '.join(POLICIES)}.")
     from rift_hf.models import load_preset
 
     models = load_preset(args.preset)
     tokens, new, per_task = SCALES[args.scale]
     new = args.new_tokens or new
     tokens = args.input_tokens or tokens
-    e1_policies = args.policies.split(",") if args.policies else list(POLICIES)
-    for policy in e1_policies:
-        if policy not in POLICIES:
-            raise ValueError(f"--policies: unknown policy {policy!r}; choose from {', '.join(POLICIES)}.")
-    overrides = (f"-{tokens}in" if args.input_tokens else "") + (f"-{new}tok" if args.new_tokens else "")
+    per_task = args.prompts_per_task or per_task
+    overrides = (
+        (f"-{tokens}in" if args.input_tokens else "")
+        + (f"-{new}tok" if args.new_tokens else "")
+        + (f"-{per_task}per-task" if args.prompts_per_task else "")
+    )
     window = min(args.window, tokens // 16)
     common = dict(
         gamma=11,

@@ -74,3 +74,13 @@ def test_lossless_fp32_check_runs_and_every_policy_matches_greedy(tmp_path):
     assert set(result["runs"]) == {"full", "snapkv", "rift-dyn"}
     assert all(run["same_as_greedy"] for run in result["runs"].values())
     assert json.loads(out.read_text())["dtype"] == "float32"
+
+
+def test_experiment_policy_subset_is_checked_before_models_load(monkeypatch):
+    import pytest
+
+    from benchmarks import experiments
+
+    monkeypatch.setattr("rift_hf.models.load_preset", lambda *a, **k: pytest.fail("loaded models first"))
+    with pytest.raises(ValueError, match="unknown policy 'snap'"):
+        experiments.main(["E1", "--preset", "tiny-random", "--policies", "full,snap"])
