@@ -64,3 +64,17 @@ def test_calibration_picks_threshold_with_best_gain():
     assert thresholds["entropy_threshold"] is None
     config = RiftConfig(policy="rift-ada", budget=256, **thresholds)
     assert config.al_threshold == thresholds["al_threshold"]
+
+
+def test_keep_mask_matches_the_all_pairs_definition():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        heads, stored = int(torch.randint(1, 4, (1,), generator=g)), int(torch.randint(1, 50, (1,), generator=g))
+        seen = stored + int(torch.randint(0, 20, (1,), generator=g))
+        positions = torch.stack([torch.randperm(seen, generator=g)[:stored].sort().values for _ in range(heads)])
+        count = int(torch.randint(0, seen + 1, (1,), generator=g))  # may name positions no longer stored
+        selected = torch.stack([torch.randperm(seen, generator=g)[:count].sort().values for _ in range(heads)])
+        expected = (positions < 2) | (positions >= seen - 5)
+        if count:
+            expected |= (positions.unsqueeze(-1) == selected.unsqueeze(-2)).any(-1)
+        assert torch.equal(keep_mask(positions, seen, 2, 5, selected), expected)

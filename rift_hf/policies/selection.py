@@ -53,11 +53,14 @@ def keep_mask(
 
     Args:
         positions: `[H_kv, N]` absolute positions of the stored entries.
-        selected: `[H_kv, S]` positions picked by the scorer (or `None`).
+        selected: `[H_kv, S]` positions picked by the scorer, ascending per head (or `None`).
     Returns:
         `[H_kv, N]` bool: sinks, the `recent` newest positions and the selected ones.
     """
     keep = (positions < n_sink) | (positions >= seen - recent)
     if selected is not None and selected.shape[-1]:
-        keep |= (positions.unsqueeze(-1) == selected.unsqueeze(-2)).any(-1)
+        # Membership by binary search, O(N log S) (an all-pairs comparison is O(N S) per layer and step).
+        selected = selected.to(positions.device)
+        slot = torch.searchsorted(selected, positions).clamp_(max=selected.shape[-1] - 1)
+        keep |= selected.gather(-1, slot) == positions
     return keep
