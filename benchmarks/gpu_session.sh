@@ -12,6 +12,10 @@
 # built. Each part has its own time limit and writes its
 # output as it goes, so a part that fails or runs out of time does not cost the others.
 set -u
+if ! command -v nvidia-smi >/dev/null; then
+    echo "gpu_session.sh needs a CUDA GPU (no nvidia-smi here); on CPU use: python -m benchmarks.kernels --dry-run" >&2
+    exit 2
+fi
 OUT=${1:-benchmarks/results/gpu}
 mkdir -p "$OUT" /tmp/site
 export PYTHONUNBUFFERED=1
