@@ -108,18 +108,20 @@ def plot_summary(records: list[dict], path: Path) -> Path:
         ax = axes.pop(0)
         rows = [r for r in of("E1") if r["policy"] != "full"]
         policies = list(dict.fromkeys(r["policy"] for r in rows))
-        groups = list(dict.fromkeys((r["preset"], r["compression"]) for r in rows))
+        # One group of bars per run setting: the same preset and compression at another length is another group.
+        setting = ("preset", "compression", "input_tokens", "output_tokens", "prompts")
+        groups = list(dict.fromkeys(tuple(r.get(k) for k in setting) for r in rows))
         width = 0.8 / len(groups)
-        for g, (preset, compression) in enumerate(groups):
-            values = {
-                r["policy"]: r["retention"] for r in rows if (r["preset"], r["compression"]) == (preset, compression)
-            }
+        for g, group in enumerate(groups):
+            values = {r["policy"]: r["retention"] for r in rows if tuple(r.get(k) for k in setting) == group}
+            preset, compression, input_tokens, output_tokens, prompts = group
+            label = f"{preset} {compression:g}x, {input_tokens / 1024:.0f}K in, {output_tokens} out, {prompts or '?'}p"
             xs = [i + g * width for i, p in enumerate(policies) if p in values]
-            ax.bar(xs, [values[p] for p in policies if p in values], width, label=f"{preset} {compression:g}x")
+            ax.bar(xs, [values[p] for p in policies if p in values], width, label=label)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(policies))], policies, rotation=25, fontsize=8)
         ax.set(title="E1 retention vs full cache", ylim=(0, 1.4))
         ax.axhline(1.0, color="k", lw=0.5)
-        ax.legend(fontsize=7, loc="upper center", ncol=2)
+        ax.legend(fontsize=6, loc="upper center", ncol=2)
         ax.grid(alpha=0.3, axis="y")
     if "E3" in panels:
         retention, cost = axes.pop(0), axes.pop(0)
