@@ -60,7 +60,7 @@ def keep_mask(
     keep = (positions < n_sink) | (positions >= seen - recent)
     if selected is not None and selected.shape[-1]:
         # Membership by binary search, O(N log S) (an all-pairs comparison is O(N S) per layer and step).
-        selected = selected.to(positions.device)
-        slot = torch.searchsorted(selected, positions).clamp_(max=selected.shape[-1] - 1)
+        selected = selected.to(positions.device).contiguous()
+        slot = torch.searchsorted(selected, positions.contiguous()).clamp_(max=selected.shape[-1] - 1)
         keep |= selected.gather(-1, slot) == positions
     return keep
