@@ -1,6 +1,8 @@
 """Losslessness on real weights in fp32: every policy's assisted output must equal the target's plain greedy output.
 
     python -m benchmarks.lossless_fp32 --preset qwen-coder --input-tokens 256 --new-tokens 64
+    python -m benchmarks.lossless_fp32 --input-tokens 4096 --prompt-index 1 --new-tokens 256 --budget 770 \
+        --policies full,snapkv,rift-dyn@delta=16 --out benchmarks/results/lossless_fp32-continue-json-decoder-4k.json
 
 In bf16, assisted output can differ from plain greedy (and between policies) because the target verifies chunks
 of different lengths and rounds differently; fp32 removes that, so a mismatch here is a real bug.
@@ -31,12 +33,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--window", type=int, default=64)
     parser.add_argument("--delta", type=int, default=128)
     parser.add_argument("--task", default="continue")
+    parser.add_argument("--prompt-index", type=int, default=0, help="which prompt of the task (0: argparse, 1: ...)")
     parser.add_argument("--policies", default="full,rift-stat,rift-dyn")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lossless_fp32.json"))
     args = parser.parse_args(argv)
     target, draft, tokenizer = load_preset(args.preset, dtype=torch.float32)
     fix_draft_length(target, draft, gamma=11)
-    prompt = prompt_set(tokenizer, args.input_tokens, 1, tasks=(args.task,))[0]
+    prompt = prompt_set(tokenizer, args.input_tokens, args.prompt_index + 1, tasks=(args.task,))[args.prompt_index]
     gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
     ids = prompt.input_ids.to(target.device)
     plain = target.generate(ids, **gen)
