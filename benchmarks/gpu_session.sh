@@ -9,8 +9,8 @@
 # Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (e.g. transformers
 # 5.23 for an image that has another version) are installed into /tmp/site first; rift-hf runs from the checkout,
 # given the layout pyproject.toml installs (links rift_hf/kernels and rift_hf/demo, git-ignored), so nothing is
-# built. Each part has its own time limit and writes its
-# output as it goes, so a part that fails or runs out of time does not cost the others.
+# built. Each part has its own time limit and writes its output as it goes, so a part that fails or runs out of time
+# does not cost the others.
 set -u
 if ! command -v nvidia-smi >/dev/null; then
     echo "gpu_session.sh needs a CUDA GPU (no nvidia-smi here); on CPU use: python -m benchmarks.kernels --dry-run" >&2

@@ -37,6 +37,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--policies", default="full,rift-stat,rift-dyn")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/lossless_fp32.json"))
     args = parser.parse_args(argv)
+    if args.prompt_index < 0:
+        raise ValueError(f"--prompt-index must be 0 or more (0 is the task's first prompt), got {args.prompt_index}.")
     target, draft, tokenizer = load_preset(args.preset, dtype=torch.float32)
     fix_draft_length(target, draft, gamma=11)
     prompt = prompt_set(tokenizer, args.input_tokens, args.prompt_index + 1, tasks=(args.task,))[args.prompt_index]
