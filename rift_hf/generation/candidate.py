@@ -28,6 +28,12 @@ def use_rift_attention(model, config: RiftConfig) -> None:
         ) from err
 
 
+def draft_entropy(logits: torch.Tensor) -> list[float]:
+    """Entropy of each of the drafter's next-token distributions (`[drafted, vocab]` scores as drafting saw them)."""
+    logits = logits.float()
+    return (-(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)).tolist()
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -76,9 +82,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
         if self.target_cache is not None:
             self.target_cache.pending_drafts = drafted
-        logits = candidate_logits[0].float()
-        entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)  # [drafted]
-        self._pending = {"drafted": drafted, "draft_seconds": time.perf_counter() - tick, "entropy": entropy.tolist()}
+        entropy = draft_entropy(candidate_logits[0])
+        self._pending = {"drafted": drafted, "draft_seconds": time.perf_counter() - tick, "entropy": entropy}
         return candidate_ids, candidate_logits
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):

@@ -1,0 +1,333 @@
+"""Exact acceptance replay: the acceptance length of a RIFT drafter without running the target.
+
+With greedy decoding the target's output `Y` does not depend on the drafter (assisted decoding is lossless), so `Y`
+is computed once per prompt (`target_output`, cached as token ids) and every drafter policy is then *replayed*
+against it. In a round that starts at length `L`, the drafter's drafts equal `Y[L..]` for as long as they are
+accepted, so its predictions are what one teacher-forced forward over those tokens returns from the cache state it
+had at the round's start. Per round replay runs
+
+1. the cache crop transformers' `AssistedCandidateGenerator` does (to `L - 2` tokens, which `RiftCache` clamps at
+   the end of its last verified forward), then the drafter's first forward over the not-yet-cached verified tokens,
+   exactly as `assistant_model.generate` feeds them (so the states of stateful layers are snapshotted where the real
+   loop snapshots them);
+2. one forward over the `gamma' - 1` next tokens of `Y` (the real loop feeds its drafts one at a time), all under
+   the target's logits processors (e.g. EOS suppressed until `min_new_tokens`);
+3. accepted = the length of the prefix where the drafter's argmax equals `Y`, capped as the real loop caps it
+   (length, EOS); the round then ends with the target's own token.
+
+Everything the cache does (commit points, eviction, rescoring, rollback, ada signals) runs unchanged inside the
+real `RiftCache`. Teacher forcing is exact in arithmetic; a chunked forward and one-token steps round differently
+in floating point, so in low precision (bf16) a near-tie can flip a draft. Replay is checked against real
+`generate(assistant_model=...)` round by round in the tests (fp32 and fp64) and on real weights
+(`rift-hf replay --check-real`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import LogitsProcessorList
+from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
+
+from .cache import RiftCache
+from .config import RiftConfig
+from .generation.candidate import draft_entropy, use_rift_attention
+from .generation.stats import RiftStats
+
+# Generation-config fields whose logits processors (or stopping rules) replay does not reproduce.
+_UNSUPPORTED = {
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": None,
+    "encoder_no_repeat_ngram_size": None,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "sequence_bias": None,
+    "exponential_decay_length_penalty": None,
+    "stop_strings": None,
+}
+
+
+@dataclass(frozen=True)
+class TargetOutput:
+    """The target's own greedy continuation of one prompt (what every lossless assisted run emits)."""
+
+    prompt_ids: torch.Tensor  # [1, P]
+    output_ids: torch.Tensor  # [1, n] new tokens only
+    max_new_tokens: int
+    min_new_tokens: int
+    eos_token_id: list[int]
+    pad_token_id: int | None = None
+    seconds: float | None = None
+
+    @property
+    def sequence(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.output_ids], dim=-1)
+
+
+def prompt_digest(input_ids: torch.Tensor) -> str:
+    return hashlib.sha256(input_ids.detach().cpu().to(torch.int64).numpy().tobytes()).hexdigest()[:16]
+
+
+def _eos_ids(generation_config) -> list[int]:
+    eos = generation_config.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
+def check_replayable(model) -> None:
+    """Refuse generation settings whose logits processors replay does not reproduce (greedy only)."""
+    config = model.generation_config
+    if config.do_sample:
+        raise ValueError(
+            f"Replay reproduces greedy decoding only, but {type(model).__name__}.generation_config.do_sample is True; "
+            "set model.generation_config.do_sample = False."
+        )
+    bad = [name for name, default in _UNSUPPORTED.items() if getattr(config, name, None) not in (default, None, [], ())]
+    if bad:
+        raise ValueError(
+            f"Replay does not reproduce the logits processors of {', '.join(bad)} (set on "
+            f"{type(model).__name__}.generation_config); reset them to their defaults to measure with replay, or "
+            "measure with real assisted runs (`rift-hf compare`)."
+        )
+
+
+def target_output(target, input_ids: torch.Tensor, max_new_tokens: int, min_new_tokens: int = 0) -> TargetOutput:
+    """The target's greedy continuation of `input_ids` (plain decoding, no drafter)."""
+    check_replayable(target)
+    ids = input_ids.to(target.device)
+    tick = time.perf_counter()
+    with torch.no_grad():
+        out = target.generate(
+            ids, do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens or None
+        )
+    seconds = time.perf_counter() - tick
+    return TargetOutput(
+        prompt_ids=input_ids.cpu(),
+        output_ids=out[:, ids.shape[1] :].cpu(),
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=min_new_tokens,
+        eos_token_id=_eos_ids(target.generation_config),
+        pad_token_id=target.generation_config.pad_token_id,
+        seconds=seconds,
+    )
+
+
+def save_target_output(record: TargetOutput, path: Path, **meta) -> None:
+    """Write a target output as token ids (JSON), with what keys it: model, prompt digest, lengths, dtype."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        **meta,
+        "prompt_sha": prompt_digest(record.prompt_ids),
+        "prompt_tokens": record.prompt_ids.shape[1],
+        "max_new_tokens": record.max_new_tokens,
+        "min_new_tokens": record.min_new_tokens,
+        "eos_token_id": record.eos_token_id,
+        "pad_token_id": record.pad_token_id,
+        "seconds": record.seconds,
+        "date": datetime.date.today().isoformat(),
+        "output_ids": record.output_ids[0].tolist(),
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data) + "\n")
+    tmp.replace(path)
+
+
+def load_target_output(path: Path, input_ids: torch.Tensor) -> TargetOutput:
+    data = json.loads(path.read_text())
+    if data["prompt_sha"] != prompt_digest(input_ids):
+        raise ValueError(
+            f"{path} was computed for another prompt (sha {data['prompt_sha']}, this one {prompt_digest(input_ids)}); "
+            "delete it to recompute."
+        )
+    return TargetOutput(
+        prompt_ids=input_ids.cpu(),
+        output_ids=torch.tensor([data["output_ids"]], dtype=torch.long),
+        max_new_tokens=data["max_new_tokens"],
+        min_new_tokens=data["min_new_tokens"],
+        eos_token_id=data["eos_token_id"],
+        pad_token_id=data.get("pad_token_id"),
+        seconds=data.get("seconds"),
+    )
+
+
+def target_output_path(root: Path, preset: str, prompt_name: str, input_ids: torch.Tensor, new_tokens: int, dtype):
+    """Where the target output of a prompt is cached: keyed by preset (model), prompt, length and dtype."""
+    safe = prompt_name.replace(":", "-").replace("/", "-")
+    dtype_name = str(dtype).removeprefix("torch.")
+    return Path(root) / preset / f"{safe}-{prompt_digest(input_ids)}-{new_tokens}tok-{dtype_name}.json"
+
+
+def ensure_target_outputs(target, prompts, new_tokens: int, root: Path, preset: str, progress: bool = True) -> list:
+    """The cached target output of every prompt, computing (and saving, one file each) the missing ones."""
+    from tqdm.auto import tqdm
+
+    outputs = []
+    for prompt in tqdm(prompts, desc="target outputs", disable=not progress):
+        path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, target.dtype)
+        if path.exists():
+            outputs.append(load_target_output(path, prompt.input_ids))
+            continue
+        record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
+        save_target_output(
+            record, path, preset=preset, model=target.name_or_path, prompt=prompt.name, dtype=str(target.dtype)
+        )
+        outputs.append(record)
+    return outputs
+
+
+def _processors(record: TargetOutput) -> LogitsProcessorList:
+    """The logits processors greedy assisted generation applies to the drafter's scores (EOS held back)."""
+    processors = LogitsProcessorList()
+    if record.min_new_tokens and record.eos_token_id:
+        processors.append(
+            MinNewTokensLengthLogitsProcessor(record.prompt_ids.shape[1], record.min_new_tokens, record.eos_token_id)
+        )
+    return processors
+
+
+def _padding_mask(record: TargetOutput, verified: torch.Tensor) -> torch.Tensor | None:
+    """
+    The 2D mask the drafter's `generate` infers from the verified tokens: where the target emitted its pad token (and
+    pad is not an EOS), transformers treats it as padding in the drafter; otherwise no mask.
+    """
+    pad = record.pad_token_id
+    if pad is None or pad in record.eos_token_id or not bool((verified == pad).any()):
+        return None
+    return verified.ne(pad).long()
+
+
+def _forward(draft, tokens: torch.Tensor, start: int, cache, keep: int, mask: torch.Tensor | None):
+    """One drafter forward as `generate` feeds it: positions `start..`, the cache, the last `keep` logits (0: all),
+    and the inferred padding mask (`mask`, over the verified tokens; fed tokens after it are never masked)."""
+    positions = torch.arange(start, start + tokens.shape[1], device=draft.device)[None]
+    kwargs = {}
+    if mask is not None:
+        ones = torch.ones(1, start + tokens.shape[1] - mask.shape[1], dtype=mask.dtype, device=mask.device)
+        kwargs["attention_mask"] = torch.cat([mask, ones], dim=-1)
+    return draft(
+        input_ids=tokens.to(draft.device),
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=keep,
+        return_dict=True,
+        **kwargs,
+    ).logits[0]
+
+
+def replay(
+    draft,
+    record: TargetOutput,
+    rift_config: RiftConfig | dict | str | None = None,
+    *,
+    gamma: int | None = None,
+    schedule: str | None = None,
+) -> RiftStats:
+    """
+    Replay assisted greedy decoding of `record` (the target's output) with `draft` over a `RiftCache`.
+
+    Args:
+        draft: the drafter (any model `cache_implementation="rift"` accepts as `assistant_model`).
+        record (`TargetOutput`): the target's greedy output for the prompt (`target_output`).
+        rift_config: the drafter cache policy (`RiftConfig`, dict of its fields, or a preset name).
+        gamma, schedule: draft length and its schedule (`"constant"` or `"heuristic"`); default to the drafter's
+            `generation_config` (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as `generate` does.
+
+    Returns:
+        `RiftStats` with the rounds (`drafted`, `accepted`, `draft_seconds`, `signals`) as real assisted generation
+        records them (`draft_seconds` here times teacher-forced forwards, not real drafting).
+    """
+    config = RiftConfig.coerce(rift_config)
+    generation = draft.generation_config
+    gamma = int(generation.num_assistant_tokens if gamma is None else gamma)
+    schedule = generation.num_assistant_tokens_schedule if schedule is None else schedule
+    if schedule not in ("constant", "heuristic", "heuristic_transient"):
+        raise ValueError(f"Unknown draft schedule {schedule!r}; use 'constant' or 'heuristic'.")
+    if generation.assistant_confidence_threshold:
+        raise ValueError(
+            f"Replay needs drafts of a fixed length, but the drafter's assistant_confidence_threshold is "
+            f"{generation.assistant_confidence_threshold}; set draft.generation_config.assistant_confidence_threshold "
+            "= 0 (rift_hf.models.fix_draft_length does)."
+        )
+    if gamma < 1:
+        raise ValueError(f"gamma must be >= 1, got {gamma}.")
+    check_replayable(draft)
+    use_rift_attention(draft, config)
+    sequence = record.sequence.to(draft.device)
+    prompt, produced = record.prompt_ids.shape[1], record.output_ids.shape[1]
+    max_length = prompt + record.max_new_tokens
+    eos = set(record.eos_token_id)
+    processors = _processors(record)
+    cache = RiftCache(draft.config, config)
+    cache.activate_past_recording()
+    stats = RiftStats(policy=config.policy, rescorings=cache.events)
+    cur = prompt
+    with torch.no_grad():
+        while cur < prompt + produced:
+            drafted = min(gamma, max_length - cur - 1)
+            accepted, seconds, entropies = 0, 0.0, []
+            if drafted > 0:
+                # transformers' _update_past_and_masks: crop to `cur - 2` (RiftCache clamps at its verified forward).
+                excess = cache.get_seq_length() - (cur - 2)
+                if excess >= 0:
+                    cache.crop(-excess)
+                tick = time.perf_counter()
+                cached = cache.get_seq_length()
+                mask = _padding_mask(record, sequence[:, :cur])
+                logits = _forward(draft, sequence[:, cached:cur], cached, cache, 1, mask)
+                if drafted > 1:
+                    # Teacher forcing: the target's tokens stand where the drafts were; a chunk past the end of the
+                    # output (a final EOS) is padded with its last token, rejected anyway.
+                    chunk = sequence[:, cur : cur + drafted - 1]
+                    if chunk.shape[1] < drafted - 1:
+                        chunk = torch.cat([chunk, chunk[:, -1:].expand(1, drafted - 1 - chunk.shape[1])], dim=-1)
+                    logits = torch.cat([logits, _forward(draft, chunk, cur, cache, 0, mask)], dim=0)
+                scores = logits.float()
+                for i in range(drafted):
+                    scores[i] = processors(sequence[:, : cur + i], scores[i : i + 1])[0]
+                drafts = scores.argmax(-1).tolist()
+                if draft.device.type == "cuda":
+                    torch.cuda.synchronize(draft.device)
+                seconds = time.perf_counter() - tick
+                expected = sequence[0, cur : cur + drafted].tolist()
+                while accepted < min(drafted, len(expected)) and drafts[accepted] == expected[accepted]:
+                    accepted += 1
+                # The drafter's own generate stops at a drafted EOS. Up to the first rejected draft the teacher-forced
+                # drafts are the real ones; after it the real drafter continues from its own token, which replay
+                # does not know, so a later EOS stop (only possible when EOS is not held back) is not reproduced.
+                stop = next((i for i, token in enumerate(drafts[: accepted + 1]) if token in eos), None)
+                if stop is not None:
+                    drafted, scores = stop + 1, scores[: stop + 1]
+                entropies = draft_entropy(scores)
+            # The real loop caps the emitted tokens at the length limit and at an EOS of the target.
+            accepted = min(accepted, prompt + produced - cur - 1)
+            cache.signals.observe_round(accepted, entropies[: accepted + 1])
+            stats.rounds.append(
+                {
+                    "drafted": drafted,
+                    "accepted": accepted,
+                    "draft_seconds": seconds,
+                    "signals": cache.signals.snapshot(),
+                }
+            )
+            held = cache.kv_bytes()
+            stats.peak_kv_bytes = max(stats.peak_kv_bytes, held["working"])
+            stats.peak_store_bytes = max(stats.peak_store_bytes, held["store"])
+            if schedule != "constant":  # update_candidate_strategy (a round that drafted nothing counts as full)
+                gamma = gamma + 2 if accepted == drafted else max(1, gamma - 1)
+            cur += accepted + 1
+    if config.track_attention_mass:
+        stats.attention_mass = cache.attention_mass_log()
+    stats.prompt_tokens = cache.prompt_length
+    stats.budget = None if cache.budget == float("inf") else int(cache.budget)
+    return stats

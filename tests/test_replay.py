@@ -1,0 +1,152 @@
+"""Replay is exact: its rounds equal those of real `generate(assistant_model=...)`, round by round."""
+
+import pytest
+import torch
+
+import rift_hf
+from rift_hf import POLICIES
+from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
+from tiny import ARCHITECTURES, draft_target_pair, make_prompt
+
+GAMMA = 4
+PROMPT = 40
+NEW = 40
+SMALL = {
+    "budget": 16,
+    "window": 4,
+    "delta": 4,
+    "n_sink": 1,
+    "block_size": 4,
+    "a_min": 4,
+    "a_max": 12,
+    "check_interval": 2,
+    "drift_threshold": 0.01,
+}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return {}
+
+
+def _pair(pairs, arch, dtype=torch.float32):
+    if (arch, dtype) not in pairs:
+        target, draft = draft_target_pair(arch, GAMMA)
+        pairs[arch, dtype] = target.to(dtype), draft.to(dtype)
+    return pairs[arch, dtype]
+
+
+def _real_rounds(target, draft, ids, config, **gen):
+    out = target.generate(
+        ids,
+        assistant_model=draft,
+        max_new_tokens=NEW,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config=config,
+        **gen,
+    )
+    stats = rift_hf.last_stats(target)
+    return out, [(r["drafted"], r["accepted"]) for r in stats.rounds], stats
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy):
+    target, draft = _pair(pairs, arch)
+    ids = make_prompt(PROMPT, seed=3)
+    config = {"policy": policy, **SMALL}
+    record = target_output(target, ids, NEW)
+    out, real, real_stats = _real_rounds(target, draft, ids, config)
+    assert torch.equal(out, record.sequence)  # lossless, so the cached output is what the real run emitted
+    stats = replay(draft, record, config)
+    assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real
+    assert any(a < d for d, a in real) and any(a > 0 for _, a in real), "the case needs rejections and acceptances"
+    assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
+    assert stats.acceptance_length == real_stats.acceptance_length
+    assert stats.budget == real_stats.budget
+    assert stats.peak_kv_bytes == real_stats.peak_kv_bytes
+
+
+@pytest.mark.parametrize("policy", ["full", "snapkv", "rift-dyn", "rift-ada"])
+def test_replay_is_exact_in_float64(pairs, policy):
+    target, draft = _pair(pairs, "gemma3", torch.float64)
+    ids = make_prompt(PROMPT, seed=11)
+    config = {"policy": policy, **SMALL}
+    record = target_output(target, ids, NEW)
+    _, real, _ = _real_rounds(target, draft, ids, config)
+    assert [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds] == real
+
+
+def test_replay_heuristic_schedule_and_length_limit(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(PROMPT, seed=4)
+    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
+    try:
+        config = {"policy": "rift-stat", **SMALL}
+        record = target_output(target, ids, NEW)
+        _, real, _ = _real_rounds(target, draft, ids, config)
+        # `heuristic` is persisted into the drafter's config by the real run: replay starts from the same gamma.
+        draft.generation_config.num_assistant_tokens = GAMMA
+        stats = replay(draft, record, config)
+    finally:
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        draft.generation_config.num_assistant_tokens = GAMMA
+    assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real
+    assert len({d for d, _ in real}) > 1, "the schedule never changed the draft length"
+
+
+def test_replay_with_eos_held_back_and_an_eos_in_the_output(pairs):
+    target, draft = _pair(pairs, "qwen2")
+    ids = make_prompt(PROMPT, seed=5)
+    config = {"policy": "rift-dyn", **SMALL}
+    plain = target.generate(ids, max_new_tokens=NEW, do_sample=False)
+    # Make a token the target emits mid-output its EOS: with min_new_tokens it is held back in target and drafter.
+    eos = int(plain[0, PROMPT + NEW // 2])
+    for model in (target, draft):
+        model.generation_config.eos_token_id = eos
+    try:
+        for min_new in (NEW, 0):
+            record = target_output(target, ids, NEW, min_new_tokens=min_new)
+            _, real, _ = _real_rounds(target, draft, ids, config, min_new_tokens=min_new or None)
+            rounds = [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds]
+            assert [a for _, a in rounds] == [a for _, a in real]
+            if min_new:
+                assert rounds == real
+            else:
+                # After its first rejected draft the real drafter may draft EOS and stop: replay cannot know that.
+                assert all(d_real <= d for (d, _), (d_real, _) in zip(rounds, real, strict=True))
+                assert any(d_real < d for (d, _), (d_real, _) in zip(rounds, real, strict=True))
+            assert (record.output_ids.shape[1] < NEW) == (min_new == 0)
+    finally:
+        for model in (target, draft):
+            model.generation_config.eos_token_id = None
+
+
+def test_target_output_round_trip_and_prompt_check(tmp_path, pairs):
+    target, _ = _pair(pairs, "llama")
+    ids = make_prompt(12, seed=6)
+    record = target_output(target, ids, 5)
+    path = tmp_path / "t.json"
+    save_target_output(record, path, preset="tiny")
+    again = load_target_output(path, ids)
+    assert isinstance(again, TargetOutput) and torch.equal(again.sequence, record.sequence)
+    with pytest.raises(ValueError, match="another prompt"):
+        load_target_output(path, make_prompt(12, seed=7))
+
+
+def test_replay_refuses_what_it_cannot_reproduce(pairs):
+    target, draft = _pair(pairs, "llama")
+    record = target_output(target, make_prompt(12, seed=6), 5)
+    draft.generation_config.assistant_confidence_threshold = 0.4
+    try:
+        with pytest.raises(ValueError, match="assistant_confidence_threshold"):
+            replay(draft, record, "rift-stat")
+    finally:
+        draft.generation_config.assistant_confidence_threshold = 0.0
+    draft.generation_config.repetition_penalty = 1.2
+    try:
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            replay(draft, record, "rift-stat")
+    finally:
+        draft.generation_config.repetition_penalty = None
