@@ -18,7 +18,7 @@ import rift_hf
 
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
 METRIC = Path(__file__).resolve().parent / "metrics" / "acceptance_length"
-SUMMARY_KEYS = ("experiment", "preset", "policy", "compression", "input_tokens", "output_tokens")
+SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
 
 
 def machine() -> str:
@@ -127,33 +127,7 @@ def compare(
                     }
                 )
                 bar.update()
-    import evaluate
-
-    metric = evaluate.load(str(METRIC))
-    reference = {r["prompt"]: r["accepted"] for r in runs if r["policy"] == "full"}
-    summary = []
-    for policy in policies:
-        rows = [r for r in runs if r["policy"] == policy]
-        scores = metric.compute(
-            accepted=[r["accepted"] for r in rows], reference_accepted=[reference[r["prompt"]] for r in rows]
-        )
-        for row, ratio in zip(rows, scores["retention_per_request"], strict=True):
-            row["retention"] = ratio
-        summary.append(
-            {
-                "policy": policy,
-                "al": scores["acceptance_length"],
-                "retention": scores["retention"],
-                "retention_mean": statistics.mean(scores["retention_per_request"]),
-                "retention_min": scores["retention_min"],
-                "retention_max": scores["retention_max"],
-                "draft_ms_per_token": statistics.mean(r["draft_ms_per_token"] for r in rows),
-                "rescore_share": statistics.mean(r["rescore_share"] for r in rows),
-                "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rows),
-                "speedup": statistics.mean(r["speedup"] for r in rows),
-                "lossless": all(r["same_as_full_drafter"] in (True, None) for r in rows),
-            }
-        )
+    summary = summarise(runs, policies)
     result = {
         "experiment": experiment,
         "preset": preset,
@@ -184,6 +158,39 @@ def compare(
     table = markdown_table(result)
     (out_dir / "compare.md").write_text(table)
     return result
+
+
+def summarise(runs: list[dict], policies) -> list[dict]:
+    """Per-policy summary of per-prompt rows (AL and retention through the acceptance-length metric); each row gets
+    its `retention`. Timing fields are None where the rows have none (replay)."""
+    import evaluate
+
+    metric = evaluate.load(str(METRIC))
+    reference = {r["prompt"]: r["accepted"] for r in runs if r["policy"] == "full"}
+    summary = []
+    for policy in policies:
+        rows = [r for r in runs if r["policy"] == policy]
+        scores = metric.compute(
+            accepted=[r["accepted"] for r in rows], reference_accepted=[reference[r["prompt"]] for r in rows]
+        )
+        for row, ratio in zip(rows, scores["retention_per_request"], strict=True):
+            row["retention"] = ratio
+        summary.append(
+            {
+                "policy": policy,
+                "al": scores["acceptance_length"],
+                "retention": scores["retention"],
+                "retention_mean": statistics.mean(scores["retention_per_request"]),
+                "retention_min": scores["retention_min"],
+                "retention_max": scores["retention_max"],
+                "draft_ms_per_token": _mean(rows, "draft_ms_per_token"),
+                "rescore_share": _mean(rows, "rescore_share"),
+                "tokens_per_s": _mean(rows, "tokens_per_s"),
+                "speedup": _mean(rows, "speedup"),
+                "lossless": all(r.get("same_as_full_drafter") in (True, None) for r in rows),
+            }
+        )
+    return summary
 
 
 def _generate(memo: dict | None, key, model, ids, **kwargs):
@@ -265,6 +272,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
         rows = [r for r in result["runs"] if r.get("policy") == s["policy"]]
         record = {
             "experiment": experiment,
+            "method": result.get("method", "generate"),
             "preset": result["preset"],
             "policy": s["policy"],
             "compression": result["compression"] or round(input_tokens / result["budget_tokens"], 2),
@@ -286,7 +294,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "prompts": result["prompts"],
         }
         key = tuple(record[k] for k in SUMMARY_KEYS)
-        keys = [tuple(r.get(k) for k in SUMMARY_KEYS) for r in records]
+        keys = [tuple(r.get(k, "generate" if k == "method" else None) for k in SUMMARY_KEYS) for r in records]
         if key in keys:
             records[keys.index(key)] = record
         else:
@@ -325,11 +333,12 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
             lines[3] += "---|---|"
         for r in rows:
             line = (
-                f"| {r['preset']} | {r['policy']} | {r['compression']:g}x | {r['input_tokens']} | "
+                f"| {r['preset']} | {r['policy']}{' (replay)' if r.get('method') == 'replay' else ''} | "
+                f"{r['compression']:g}x | {r['input_tokens']} | "
                 f"{r['output_tokens']} | {r.get('prompts', '-')} | {r['al']:.2f} | {r['retention']:.2f} | "
                 f"{_fmt(r.get('retention_min'), '.2f')} / {_fmt(r.get('retention_median'), '.2f')} / "
-                f"{_fmt(r.get('retention_max'), '.2f')} | {r['draft_ms_per_token']:.1f} | "
-                f"{_fmt(r.get('rescorings'), '.1f')} | {r['rescore_share']:.3f} | "
+                f"{_fmt(r.get('retention_max'), '.2f')} | {_fmt(r.get('draft_ms_per_token'), '.1f')} | "
+                f"{_fmt(r.get('rescorings'), '.1f')} | {_fmt(r.get('rescore_share'), '.3f')} | "
                 f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
                 f"{_fmt(r.get('speedup'), '.2f')}x |"
             )
@@ -367,8 +376,8 @@ def markdown_table(result: dict) -> str:
             else f"{s['retention_mean']:.2f} ({s['retention_min']:.2f}-{s['retention_max']:.2f})"
         )
         lines.append(
-            f"| {s['policy']} | {s['al']:.2f} | {retention} | {s['draft_ms_per_token']:.1f} | "
-            f"{s['tokens_per_s']:.2f} | {s['speedup']:.2f}x | {'yes' if s['lossless'] else 'NO'} |"
+            f"| {s['policy']} | {s['al']:.2f} | {retention} | {_fmt(s['draft_ms_per_token'], '.1f')} | "
+            f"{_fmt(s['tokens_per_s'], '.2f')} | {_fmt(s['speedup'], '.2f')}x | {'yes' if s['lossless'] else 'NO'} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -410,6 +419,17 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         write_into_readme("\n".join(blocks), readme, "training")
 
 
+def _policy_labels(parser, text: str) -> list[str]:
+    """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference)."""
+    policies = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES]
+    if unknown:
+        parser.error(f"unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}")
+    if "full" not in policies:
+        policies.insert(0, "full")
+    return policies
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="rift-hf", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -427,6 +447,31 @@ def main(argv=None) -> None:
     cmp.add_argument("--delta", type=int, default=128)
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
+    rep = sub.add_parser(
+        "replay",
+        help="acceptance lengths by exact replay against cached target outputs (the target runs once per prompt)",
+        description="Replays assisted greedy decoding of each policy against the target's cached greedy output "
+        "(rift_hf.replay): same AL as real assisted runs, without the target's cost. Resumable.",
+    )
+    rep.add_argument("--preset", default="qwen-coder", help="model preset (default: qwen-coder)")
+    rep.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels")
+    rep.add_argument("--compressions", default="4,8", help="comma-separated compressions (default: 4,8)")
+    rep.add_argument("--input-tokens", type=int, default=4096, help="approximate source tokens per prompt")
+    rep.add_argument("--new-tokens", type=int, default=512, help="target output length (EOS held back)")
+    rep.add_argument("--per-task", type=int, default=8, help="prompts per task (default: 8)")
+    rep.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
+    rep.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
+    rep.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
+    rep.add_argument("--window", type=int, default=64, help="SnapKV observation window")
+    rep.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval")
+    rep.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="drafter dtype in replay")
+    rep.add_argument("--target-dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype")
+    rep.add_argument("--targets", type=Path, default=Path("benchmarks/results/targets"), help="target output cache")
+    rep.add_argument("--experiment", default="E1", help="experiment name for summary.json (default: E1)")
+    rep.add_argument(
+        "--out", type=Path, help="results folder (default: benchmarks/results/<experiment>/<preset>/replay-...)"
+    )
+    rep.add_argument("--summary", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
     train.add_argument("--preset", default="qwen-coder")
@@ -485,6 +530,40 @@ def main(argv=None) -> None:
         _card(args.preset, args.out, args.card_dir)
         print(json.dumps({k: result[k] for k in ("before", "after", "train_seconds")}, indent=2))
         return
+    if args.command == "replay":
+        from .replay import replay_compare
+
+        policies = _policy_labels(parser, args.policies)
+        try:
+            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
+        except ValueError:
+            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
+        if not compressions or any(c <= 1 for c in compressions):
+            parser.error("--compressions must be > 1 (4 keeps a quarter of the prompt)")
+        name = f"replay-{args.input_tokens}in-{args.new_tokens}tok-{args.per_task}per-task"
+        out = args.out or Path("benchmarks/results") / args.experiment / args.preset / name
+        results = replay_compare(
+            args.preset,
+            policies,
+            compressions,
+            args.input_tokens,
+            args.new_tokens,
+            args.per_task,
+            args.gamma,
+            args.window,
+            args.delta,
+            out,
+            dtype=args.dtype,
+            target_dtype=args.target_dtype,
+            targets_dir=args.targets,
+            tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+            sources=args.sources,
+            experiment=args.experiment,
+            summary_path=args.summary,
+        )
+        for result in results:
+            print(markdown_table(result))
+        return
     if args.command == "card":
         _card(args.preset, args.out, args.card_dir)
         return
@@ -512,12 +591,7 @@ def main(argv=None) -> None:
         return
     if args.compression <= 1:
         parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES]
-    if unknown:
-        parser.error(f"unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}")
-    if "full" not in policies:
-        policies.insert(0, "full")  # retention needs the full-cache reference
+    policies = _policy_labels(parser, args.policies)
     result = compare(
         args.preset,
         policies,

@@ -331,3 +331,134 @@ def replay(
     stats.prompt_tokens = cache.prompt_length
     stats.budget = None if cache.budget == float("inf") else int(cache.budget)
     return stats
+
+
+def replay_compare(
+    preset: str,
+    policies,
+    compressions,
+    input_tokens: int,
+    new_tokens: int,
+    per_task: int,
+    gamma: int,
+    window: int,
+    delta: int,
+    out_dir: Path,
+    *,
+    dtype: str = "float32",
+    target_dtype: str = "bfloat16",
+    targets_dir: Path = Path("benchmarks/results/targets"),
+    tasks: tuple[str, ...] = ("repeat", "continue"),
+    sources="code",
+    experiment: str = "E1",
+    summary_path: Path | None = None,
+    extra: dict | None = None,
+    models: tuple | None = None,
+) -> list[dict]:
+    """
+    `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
+
+    Target outputs are read from (or computed once into) `targets_dir`, keyed by preset, prompt, length and dtype.
+    Every replayed (compression, prompt, policy) is appended to `<out_dir>/<compression>x/rows.jsonl` as it finishes,
+    so a killed run continues where it stopped. One `compare.json` per compression is written (`"method": "replay"`),
+    and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
+    time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`.
+    """
+    from tqdm.auto import tqdm
+
+    from .cli import machine, markdown_table, policy_config, summarise, update_summary
+    from .models import PRESETS, fix_draft_length, load_model, load_preset
+    from .prompts import prompt_set
+
+    if models is None:
+        if preset in PRESETS:
+            from transformers import AutoTokenizer
+
+            from .models import ensure_local
+
+            target_spec, draft_spec = PRESETS[preset]
+            draft = load_model(draft_spec, getattr(torch, dtype))
+            tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
+            target = None
+        else:
+            target, draft, tokenizer = load_preset(preset, dtype=getattr(torch, dtype))
+    else:
+        target, draft, tokenizer = models
+    fix_draft_length(draft, gamma=gamma)
+    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    records = []
+    for prompt in prompts:
+        path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
+        if not path.exists():
+            if target is None:
+                target = load_model(PRESETS[preset][0], getattr(torch, target_dtype))
+            record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
+            save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=target_dtype)
+        records.append(load_target_output(path, prompt.input_ids))
+    results = []
+    for compression in compressions:
+        run_dir = Path(out_dir) / f"{compression:g}x"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        rows_path = run_dir / "rows.jsonl"
+        done = {}
+        if rows_path.exists():
+            for line in rows_path.read_text().splitlines():
+                row = json.loads(line)
+                done[row["prompt"], row["policy"]] = row
+        todo = [(p, r, pol) for p, r in zip(prompts, records, strict=True) for pol in policies]
+        with tqdm(total=len(todo), desc=f"replay {compression:g}x") as bar:
+            for prompt, record, policy in todo:
+                bar.set_postfix_str(f"{prompt.name} {policy}")
+                if (prompt.name, policy) not in done:
+                    config = policy_config(policy, 1.0 / compression, window, delta, extra)
+                    tick = time.perf_counter()
+                    stats = replay(draft, record, config)
+                    row = {
+                        "prompt": prompt.name,
+                        "task": prompt.task,
+                        "policy": policy,
+                        "input_tokens": prompt.tokens,
+                        "output_tokens": record.output_ids.shape[1],
+                        "budget": stats.budget,
+                        "al": stats.acceptance_length,
+                        "rounds": len(stats.rounds),
+                        "accepted": [r["accepted"] for r in stats.rounds],
+                        "rescorings": len(stats.rescorings),
+                        "rescoring_events": stats.rescorings,
+                        "attention_mass": stats.attention_mass,
+                        "peak_kv_bytes": stats.peak_kv_bytes,
+                        "peak_store_bytes": stats.peak_store_bytes,
+                        "replay_seconds": time.perf_counter() - tick,
+                    }
+                    with rows_path.open("a") as handle:
+                        handle.write(json.dumps(row) + "\n")
+                    done[prompt.name, policy] = row
+                bar.update()
+        runs = [done[p.name, pol] for p in prompts for pol in policies]
+        result = {
+            "experiment": experiment,
+            "method": "replay",
+            "preset": preset,
+            "compression": compression,
+            "budget_tokens": None,
+            "extra": extra or {},
+            "gamma": gamma,
+            "window": window,
+            "delta": delta,
+            "input_tokens": input_tokens,
+            "new_tokens": new_tokens,
+            "prompts": len(prompts),
+            "tasks": list(tasks),
+            "sources": sources if isinstance(sources, str) else list(sources),
+            "dtype": f"drafter {dtype}, target {target_dtype}",
+            "machine": machine(),
+            "date": datetime.date.today().isoformat(),
+            "summary": summarise(runs, policies),
+            "runs": runs,
+        }
+        (run_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+        (run_dir / "compare.md").write_text(markdown_table(result))
+        if summary_path is not None:
+            update_summary(result, experiment, summary_path)
+        results.append(result)
+    return results

@@ -50,8 +50,17 @@ def _real_rounds(target, draft, ids, config, **gen):
     return out, [(r["drafted"], r["accepted"]) for r in stats.rounds], stats
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+# Every policy on a full-attention, a sliding+full and a stateful (linear attention) drafter; a store policy and a
+# prompt-selection policy on every other architecture.
+CASES = [(arch, policy) for arch in ("llama", "gemma3", "qwen3_5") for policy in POLICIES] + [
+    (arch, policy)
+    for arch in ARCHITECTURES
+    if arch not in ("llama", "gemma3", "qwen3_5")
+    for policy in ("snapkv", "rift-dyn")
+]
+
+
+@pytest.mark.parametrize(("arch", "policy"), CASES)
 def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy):
     target, draft = _pair(pairs, arch)
     ids = make_prompt(PROMPT, seed=3)
@@ -150,3 +159,74 @@ def test_replay_refuses_what_it_cannot_reproduce(pairs):
             replay(draft, record, "rift-stat")
     finally:
         draft.generation_config.repetition_penalty = None
+
+
+def test_pad_token_in_the_output_is_masked_as_the_real_loop_masks_it(pairs):
+    # transformers' drafter generate infers a padding mask where the target emitted its pad token (0 here): replay
+    # must feed the same mask (a stateful drafter makes any difference visible in later rounds).
+    target, draft = _pair(pairs, "lfm2")
+    ids = make_prompt(PROMPT, seed=3)
+    config = {"policy": "rift-stat-block", **SMALL}
+    record = target_output(target, ids, NEW)
+    assert bool((record.output_ids == target.generation_config.pad_token_id).any())
+    _, real, _ = _real_rounds(target, draft, ids, config)
+    assert [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds] == real
+
+
+def test_replay_cli_writes_records_and_resumes(tmp_path):
+    import json
+
+    from rift_hf.cli import main
+
+    argv = [
+        "replay",
+        "--preset",
+        "tiny-random",
+        "--policies",
+        "snapkv,rift-dyn",
+        "--compressions",
+        "4",
+        "--input-tokens",
+        "96",
+        "--new-tokens",
+        "24",
+        "--per-task",
+        "1",
+        "--window",
+        "8",
+        "--delta",
+        "8",
+        "--targets",
+        str(tmp_path / "targets"),
+        "--out",
+        str(tmp_path / "out"),
+        "--summary",
+        str(tmp_path / "summary.json"),
+    ]
+    main(argv)
+    result = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    assert result["method"] == "replay" and [s["policy"] for s in result["summary"]] == ["full", "snapkv", "rift-dyn"]
+    assert len(result["runs"]) == 6 and all(r["output_tokens"] == 24 for r in result["runs"])
+    records = json.loads((tmp_path / "summary.json").read_text())
+    assert {r["method"] for r in records} == {"replay"} and len(records) == 3
+    assert len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
+    rows = (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines()
+    # A second run replays nothing again (every row is on disk) and gives the same result.
+    main(argv)
+    assert (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines() == rows
+    again = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    assert again["summary"] == result["summary"]
+
+
+def test_replay_cli_argument_errors(capsys):
+    from rift_hf.cli import main
+
+    for argv, message in (
+        (["replay", "--compressions", "1"], "must be > 1"),
+        (["replay", "--compressions", "four"], "takes numbers"),
+        (["replay", "--policies", "nope"], "unknown policies"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code != 0
+        assert message in capsys.readouterr().err
