@@ -35,7 +35,7 @@ import torch
 from transformers import LogitsProcessorList
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
-from .cache import RiftCache
+from .cache import ACTIVE_LAYER, RiftCache
 from .config import RiftConfig
 from .generation.candidate import draft_entropy, use_rift_attention
 from .generation.stats import RiftStats
@@ -225,6 +225,57 @@ def _forward(draft, tokens: torch.Tensor, start: int, cache, keep: int, mask: to
     ).logits[0]
 
 
+@dataclass
+class Prefill:
+    """The drafter's prompt forward, recorded once and handed to every policy's cache (`capture_prefill`)."""
+
+    logits: torch.Tensor  # [1, vocab] at the last prompt position
+    states: dict  # layer index -> (key_states, value_states) as the forward handed them to `Cache.update`
+    queries: dict  # compressed layer index -> (last queries, scale, sinks) as the "rift" backend observed them
+    backend: str  # the drafter's attention implementation during the capture
+
+
+def capture_prefill(draft, record: TargetOutput, window: int) -> Prefill | None:
+    """
+    Run the drafter's prompt forward once and record what its cache received, so that every policy can start from it
+    (`replay(..., prefill=...)`) instead of recomputing a long prefill. Until the first commit a policy changes
+    nothing in what the forward computes, so the records are what each policy's own prefill would produce. Returns
+    None where the records would not suffice: drafters with recurrent (linear-attention, SSM, conv) states.
+    `window` is the largest observation window of the policies that will use it.
+    """
+    cache = RiftCache(draft.config, RiftConfig(policy="full"))
+    if cache.state_layers:
+        return None
+    cache.activate_past_recording()
+    states, queries = {}, {}
+    update = cache.update
+
+    def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
+        states[layer_idx] = (key_states, value_states)
+        return update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    cache.update = recording_update
+    for layer in cache.rift_layers:
+
+        def observe(query, key, scale, sinks, layer_idx=layer.layer_idx):
+            queries[layer_idx] = (query[:, :, -window:].clone(), scale, sinks)
+
+        layer.observe = observe
+    prompt = record.prompt_ids.to(draft.device)
+    with torch.no_grad():
+        logits = _forward(draft, prompt, 0, cache, 1, _padding_mask(record, prompt))
+    return Prefill(logits=logits, states=states, queries=queries, backend=draft.config._attn_implementation)
+
+
+def _load_prefill(cache: RiftCache, prefill: Prefill) -> None:
+    """Hand `prefill`'s records to a fresh `cache` in the order a forward would (update, then the backend's observe)."""
+    for layer_idx, (key_states, value_states) in sorted(prefill.states.items()):
+        keys, _ = cache.update(key_states, value_states, layer_idx)
+        if layer_idx in prefill.queries:
+            cache.layers[layer_idx].observe(*prefill.queries[layer_idx][:1], keys, *prefill.queries[layer_idx][1:])
+    ACTIVE_LAYER.set(None)
+
+
 def replay(
     draft,
     record: TargetOutput,
@@ -232,6 +283,7 @@ def replay(
     *,
     gamma: int | None = None,
     schedule: str | None = None,
+    prefill: Prefill | None = None,
 ) -> RiftStats:
     """
     Replay assisted greedy decoding of `record` (the target's output) with `draft` over a `RiftCache`.
@@ -242,6 +294,9 @@ def replay(
         rift_config: the drafter cache policy (`RiftConfig`, dict of its fields, or a preset name).
         gamma, schedule: draft length and its schedule (`"constant"` or `"heuristic"`); default to the drafter's
             `generation_config` (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as `generate` does.
+        prefill (`Prefill`, *optional*): the drafter's prompt forward recorded by `capture_prefill` (shared between
+            policies). Used when the drafter is on the same attention backend, the policy's window fits the recorded
+            queries and the attention-mass measurement is off; otherwise the prefill runs here.
 
     Returns:
         `RiftStats` with the rounds (`drafted`, `accepted`, `draft_seconds`, `signals`) as real assisted generation
@@ -271,6 +326,12 @@ def replay(
     cache = RiftCache(draft.config, config)
     cache.activate_past_recording()
     stats = RiftStats(policy=config.policy, rescorings=cache.events)
+    if prefill is not None and not (
+        prefill.backend == draft.config._attn_implementation
+        and not config.track_attention_mass
+        and all(q.shape[2] >= min(config.window, prompt) for q, _, _ in prefill.queries.values())
+    ):
+        prefill = None
     cur = prompt
     with torch.no_grad():
         while cur < prompt + produced:
@@ -284,7 +345,11 @@ def replay(
                 tick = time.perf_counter()
                 cached = cache.get_seq_length()
                 mask = _padding_mask(record, sequence[:, :cur])
-                logits = _forward(draft, sequence[:, cached:cur], cached, cache, 1, mask)
+                if cached == 0 and prefill is not None:
+                    _load_prefill(cache, prefill)
+                    logits = prefill.logits
+                else:
+                    logits = _forward(draft, sequence[:, cached:cur], cached, cache, 1, mask)
                 if drafted > 1:
                     # Teacher forcing: the target's tokens stand where the drafts were; a chunk past the end of the
                     # output (a final EOS) is padded with its last token, rejected anyway.
@@ -292,6 +357,7 @@ def replay(
                     if chunk.shape[1] < drafted - 1:
                         chunk = torch.cat([chunk, chunk[:, -1:].expand(1, drafted - 1 - chunk.shape[1])], dim=-1)
                     logits = torch.cat([logits, _forward(draft, chunk, cur, cache, 0, mask)], dim=0)
+                cache.settle()  # as RiftCandidateGenerator does after drafting
                 scores = logits.float()
                 for i in range(drafted):
                     scores[i] = processors(sequence[:, : cur + i], scores[i : i + 1])[0]
@@ -360,7 +426,9 @@ def replay_compare(
 
     Target outputs are read from (or computed once into) `targets_dir`, keyed by preset, prompt, length and dtype.
     Every replayed (compression, prompt, policy) is appended to `<out_dir>/<compression>x/rows.jsonl` as it finishes,
-    so a killed run continues where it stopped. One `compare.json` per compression is written (`"method": "replay"`),
+    so a killed run continues where it stopped. The drafter's prompt forward runs once per prompt and is shared by
+    every policy (`capture_prefill`; all policies then use the "rift" attention backend when any policy scores).
+    One `compare.json` per compression is written (`"method": "replay"`),
     and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
     time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`.
     """
@@ -395,46 +463,63 @@ def replay_compare(
             record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
             save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=target_dtype)
         records.append(load_target_output(path, prompt.input_ids))
-    results = []
+    configs = {
+        (compression, policy): RiftConfig.coerce(policy_config(policy, 1.0 / compression, window, delta, extra))
+        for compression in compressions
+        for policy in policies
+    }
+    # One attention backend for every policy, so that all of them can start from one recorded prefill per prompt.
+    scored = next((c for c in configs.values() if c.is_scored or c.track_attention_mass), None)
+    if scored is not None:
+        use_rift_attention(draft, scored)
+    largest_window = max(c.window for c in configs.values())
+    done: dict[float, dict] = {}
     for compression in compressions:
-        run_dir = Path(out_dir) / f"{compression:g}x"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        rows_path = run_dir / "rows.jsonl"
-        done = {}
+        done[compression] = {}
+        rows_path = Path(out_dir) / f"{compression:g}x" / "rows.jsonl"
         if rows_path.exists():
             for line in rows_path.read_text().splitlines():
                 row = json.loads(line)
-                done[row["prompt"], row["policy"]] = row
-        todo = [(p, r, pol) for p, r in zip(prompts, records, strict=True) for pol in policies]
-        with tqdm(total=len(todo), desc=f"replay {compression:g}x") as bar:
-            for prompt, record, policy in todo:
-                bar.set_postfix_str(f"{prompt.name} {policy}")
-                if (prompt.name, policy) not in done:
-                    config = policy_config(policy, 1.0 / compression, window, delta, extra)
-                    tick = time.perf_counter()
-                    stats = replay(draft, record, config)
-                    row = {
-                        "prompt": prompt.name,
-                        "task": prompt.task,
-                        "policy": policy,
-                        "input_tokens": prompt.tokens,
-                        "output_tokens": record.output_ids.shape[1],
-                        "budget": stats.budget,
-                        "al": stats.acceptance_length,
-                        "rounds": len(stats.rounds),
-                        "accepted": [r["accepted"] for r in stats.rounds],
-                        "rescorings": len(stats.rescorings),
-                        "rescoring_events": stats.rescorings,
-                        "attention_mass": stats.attention_mass,
-                        "peak_kv_bytes": stats.peak_kv_bytes,
-                        "peak_store_bytes": stats.peak_store_bytes,
-                        "replay_seconds": time.perf_counter() - tick,
-                    }
-                    with rows_path.open("a") as handle:
-                        handle.write(json.dumps(row) + "\n")
-                    done[prompt.name, policy] = row
-                bar.update()
-        runs = [done[p.name, pol] for p in prompts for pol in policies]
+                done[compression][row["prompt"], row["policy"]] = row
+    todo = [
+        (prompt, record, compression, policy)
+        for prompt, record in zip(prompts, records, strict=True)
+        for compression in compressions
+        for policy in policies
+        if (prompt.name, policy) not in done[compression]
+    ]
+    prefill, prefill_of = None, None  # one prompt's recorded prefill at a time (~100s of MB at 4K tokens)
+    for prompt, record, compression, policy in tqdm(todo, desc="replay"):
+        if prefill_of != prompt.name:
+            prefill, prefill_of = capture_prefill(draft, record, largest_window), prompt.name
+        tick = time.perf_counter()
+        stats = replay(draft, record, configs[compression, policy], prefill=prefill)
+        row = {
+            "prompt": prompt.name,
+            "task": prompt.task,
+            "policy": policy,
+            "input_tokens": prompt.tokens,
+            "output_tokens": record.output_ids.shape[1],
+            "budget": stats.budget,
+            "al": stats.acceptance_length,
+            "rounds": len(stats.rounds),
+            "accepted": [r["accepted"] for r in stats.rounds],
+            "rescorings": len(stats.rescorings),
+            "rescoring_events": stats.rescorings,
+            "attention_mass": stats.attention_mass,
+            "peak_kv_bytes": stats.peak_kv_bytes,
+            "peak_store_bytes": stats.peak_store_bytes,
+            "replay_seconds": time.perf_counter() - tick,
+        }
+        rows_path = Path(out_dir) / f"{compression:g}x" / "rows.jsonl"
+        rows_path.parent.mkdir(parents=True, exist_ok=True)
+        with rows_path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        done[compression][prompt.name, policy] = row
+    results = []
+    for compression in compressions:
+        run_dir = Path(out_dir) / f"{compression:g}x"
+        runs = [done[compression][p.name, policy] for p in prompts for policy in policies]
         result = {
             "experiment": experiment,
             "method": "replay",

@@ -230,3 +230,29 @@ def test_replay_cli_argument_errors(capsys):
             main(argv)
         assert exit_info.value.code != 0
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt_oss"])
+def test_a_shared_prefill_gives_the_rounds_of_real_runs(pairs, arch):
+    from rift_hf.replay import capture_prefill
+
+    target, draft = _pair(pairs, arch)
+    ids = make_prompt(PROMPT, seed=8)
+    record = target_output(target, ids, NEW)
+    draft.set_attn_implementation("rift")  # one backend for every policy, as replay_compare sets it
+    prefill = capture_prefill(draft, record, window=SMALL["window"])
+    assert prefill is not None
+    for policy in POLICIES:
+        config = {"policy": policy, **SMALL}
+        _, real, real_stats = _real_rounds(target, draft, ids, config)
+        stats = replay(draft, record, config, prefill=prefill)
+        assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real, policy
+        assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
+
+
+def test_no_shared_prefill_for_recurrent_states(pairs):
+    from rift_hf.replay import capture_prefill
+
+    target, draft = _pair(pairs, "qwen3_5")
+    record = target_output(target, make_prompt(PROMPT, seed=8), 4)
+    assert capture_prefill(draft, record, window=4) is None

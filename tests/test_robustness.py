@@ -1,0 +1,266 @@
+"""Robustness: short prompts, bad input refused before any forward, no silent fallback, memory bounded early."""
+
+import random
+import threading
+
+import pytest
+import torch
+
+import rift_hf
+from rift_hf import POLICIES, RiftCache, RiftConfig
+from rift_hf.generation import patches
+from tiny import draft_target_pair, make_prompt, pin_drafting, tiny_model
+
+SMALL = {"budget": 16, "window": 4, "delta": 4, "block_size": 4, "a_min": 4, "a_max": 12, "check_interval": 2}
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return {}
+
+
+def _pair(pairs, arch, gamma=4):
+    if arch not in pairs:
+        pairs[arch] = draft_target_pair(arch, gamma)
+    return pairs[arch]
+
+
+def _count_forwards(model):
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *args: calls.append(1))
+    return calls, handle
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("arch", ["gemma3", "gpt_oss"])
+@pytest.mark.parametrize("length", [1, 2])
+def test_hybrid_drafters_take_one_and_two_token_prompts(pairs, arch, policy, length):
+    target, draft = _pair(pairs, arch)
+    ids = make_prompt(length, seed=1)
+    reference = target.generate(ids, max_new_tokens=12, do_sample=False)
+    config = {"policy": policy, **SMALL, "budget": 0.5}  # a fraction: the window shrinks to the tiny budget
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=12, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    assert torch.equal(out, reference)
+
+
+def test_prompt_cache_compressed_before_the_targets_prefill_when_round_one_drafts_one_token(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(200, seed=2)
+    draft.generation_config.num_assistant_tokens = 1
+    try:
+        out = target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=6,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config={"policy": "rift-stat", **SMALL},
+        )
+    finally:
+        pin_drafting(draft, 4)
+    assert torch.equal(out, target.generate(ids, max_new_tokens=6, do_sample=False))
+    stats = rift_hf.last_stats(target)
+    config = draft.config
+    per_token = 2 * config.num_key_value_heads * config.head_dim * 4 * config.num_hidden_layers  # fp32 K and V
+    assert stats.peak_kv_bytes <= per_token * (SMALL["budget"] + 2)  # budget plus the round's verified token
+
+
+@pytest.mark.parametrize("special", [{"prompt_lookup_num_tokens": 3}, {"assistant_early_exit": 1}])
+def test_drafting_without_a_drafter_model_is_refused_and_stats_are_not_stale(pairs, special):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(30, seed=3)
+    target.generate(
+        ids, assistant_model=draft, max_new_tokens=8, do_sample=False, cache_implementation="rift", cache_config=SMALL
+    )
+    assert rift_hf.last_stats(target) is not None
+    calls, handle = _count_forwards(target)
+    try:
+        with pytest.raises(ValueError, match=next(iter(special))):
+            target.generate(ids, max_new_tokens=8, do_sample=False, cache_implementation="rift", **special)
+    finally:
+        handle.remove()
+    assert not calls, "a forward ran before the refusal"
+    assert rift_hf.last_stats(target) is None  # the previous call's statistics are not reported for this one
+
+
+def test_stats_of_plain_rift_generation_are_fresh(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(30, seed=3)
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "cache_implementation": "rift"}
+    target.generate(ids, assistant_model=draft, cache_config=SMALL, **kwargs)
+    first = rift_hf.last_stats(target)
+    target.generate(ids, cache_config={**SMALL, "policy": "swa"}, **kwargs)
+    assert rift_hf.last_stats(target) is not first and rift_hf.last_stats(target).policy == "swa"
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_defaults_and_presets_work_on_short_prompts(pairs, name):
+    target, draft = _pair(pairs, "qwen2")
+    ids = make_prompt(20, seed=4)
+    reference = target.generate(ids, max_new_tokens=16, do_sample=False)
+    for cache_config in (name, None if name == "rift-stat" else name):
+        out = target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=16,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config=cache_config,
+        )
+        assert torch.equal(out, reference)
+
+
+def test_the_window_shrinks_to_a_short_prompts_budget():
+    config = RiftConfig(policy="rift-stat-block")  # budget 0.25, window 64, block 16
+    fitted = config.fitted(40)
+    assert (fitted.window, fitted.block_size) == (10, 10)
+    assert fitted.resolve_budget(40) == 10
+    assert config.fitted(4096) is config
+    assert RiftConfig(policy="snapkv", budget=512).fitted(40).window == 64  # an int budget is never changed
+
+
+@pytest.mark.parametrize(
+    "fields, error, match",
+    [
+        ({"n_sink": 1.5}, TypeError, "n_sink"),
+        ({"n_sink": True}, TypeError, "n_sink"),
+        ({"rho": True}, TypeError, "rho"),
+        ({"al_threshold": "low"}, TypeError, "al_threshold"),
+        ({"entropy_threshold": [1.0]}, TypeError, "entropy_threshold"),
+        ({"drift_threshold": True}, TypeError, "drift_threshold"),
+        ({"snapkv_grow": 1}, TypeError, "snapkv_grow"),
+        ({"budget": 1.0}, ValueError, "policy='full'"),
+        ({"budget": 512.0}, ValueError, "pass an int"),
+        ({"policy": "rift-dyn", "store_device": "gpu0"}, ValueError, "store_device"),
+        ({"policy": "snapkv", "store_device": "cpu"}, ValueError, "does not keep"),
+    ],
+)
+def test_bad_config_fields_are_refused_at_construction(fields, error, match):
+    with pytest.raises(error, match=match):
+        RiftConfig(**fields)
+
+
+def test_a_rift_cache_as_the_targets_past_key_values_is_refused_up_front(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(30, seed=5)
+    calls, handle = _count_forwards(target)
+    try:
+        with pytest.raises(ValueError, match="cache_implementation='rift'"):
+            target.generate(
+                ids,
+                assistant_model=draft,
+                max_new_tokens=8,
+                do_sample=False,
+                past_key_values=RiftCache(target.config, SMALL),
+            )
+    finally:
+        handle.remove()
+    assert not calls
+
+
+def test_left_padding_is_refused(pairs):
+    target, _ = _pair(pairs, "llama")
+    ids = torch.cat([torch.zeros(1, 3, dtype=torch.long), make_prompt(30, seed=6)], dim=1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 30, dtype=torch.long)], dim=1)
+    with pytest.raises(ValueError, match="padding"):
+        target.generate(
+            ids, attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation="rift", cache_config=SMALL
+        )
+
+
+@pytest.mark.parametrize("field", ["num_beams", "num_return_sequences"])
+def test_beams_and_return_sequences_are_named_before_any_forward(pairs, field):
+    target, draft = _pair(pairs, "llama")
+    calls, handle = _count_forwards(target)
+    kwargs = (
+        {"num_beams": 2, "do_sample": False} if field == "num_beams" else {"num_return_sequences": 2, "do_sample": True}
+    )
+    try:
+        with pytest.raises(ValueError, match=field):
+            target.generate(
+                make_prompt(20, seed=7),
+                max_new_tokens=8,
+                cache_implementation="rift",
+                cache_config=SMALL,
+                **kwargs,
+            )
+    finally:
+        handle.remove()
+    assert not calls
+
+
+def test_lifting_the_stateful_refusal_does_not_touch_the_shared_target(monkeypatch):
+    target = tiny_model("qwen3_5", seed=1)
+    draft = tiny_model("qwen3_5", seed=2)
+    pin_drafting(draft, 4)
+    assert target._is_stateful
+    seen_outside = []
+    original = patches._ORIGINALS["_validate_generation_mode"]
+
+    def slow(self, *args, **kwargs):
+        # Another thread reading the shared model while the check runs must still see it as stateful.
+        reader = threading.Thread(target=lambda: seen_outside.append(target._is_stateful))
+        reader.start()
+        reader.join()
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setitem(patches._ORIGINALS, "_validate_generation_mode", slow)
+    ids = make_prompt(20, seed=8)
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=6, do_sample=False, cache_implementation="rift", cache_config="swa"
+    )
+    assert torch.equal(out, target.generate(ids, max_new_tokens=6, do_sample=False))
+    assert seen_outside and all(seen_outside)
+    assert target._is_stateful and "_is_stateful" not in vars(target)
+
+
+@pytest.mark.parametrize("policy", ["snapkv", "rift-stat", "rift-stat-block"])
+def test_the_budget_is_used_on_prompts_shorter_than_it(policy):
+    model = tiny_model("llama", seed=9, attn="rift")
+    cache = RiftCache(model.config, {**SMALL, "policy": policy, "budget": 32, "window": 4, "block_size": 4})
+    model.generate(make_prompt(10, seed=9), past_key_values=cache, max_new_tokens=60, do_sample=False)
+    # The budget plus the last token written, which is settled when the next forward starts.
+    assert cache.stored_tokens() == [32 + 1] * len(cache.rift_layers)
+
+
+def test_random_cases_stay_lossless_and_bounded():
+    """A seeded random search over drafters, policies, budgets, prompt lengths (1 included) and draft schedules."""
+    rng = random.Random(17)
+    models = {}
+    for _ in range(10):
+        arch = rng.choice(["llama", "gemma3", "qwen3_5", "lfm2"])
+        policy = rng.choice(POLICIES)
+        length = rng.choice([1, 2, 5, 17, 60])
+        budget = rng.choice([0.1, 0.25, 0.5, 8, 24])
+        schedule = rng.choice(["constant", "heuristic"])
+        gamma = rng.choice([1, 3, 5])
+        if arch not in models:
+            models[arch] = draft_target_pair(arch, gamma)
+        target, draft = models[arch]
+        pin_drafting(draft, gamma)
+        draft.generation_config.num_assistant_tokens_schedule = schedule
+        config = {"policy": policy, "budget": budget, "window": 4, "delta": 4, "block_size": 4, "n_sink": 1}
+        if isinstance(budget, int) and policy not in ("full",) and budget < 1 + 4:
+            continue
+        ids = make_prompt(length, seed=rng.randrange(100))
+        reference = target.generate(ids, max_new_tokens=20, do_sample=False)
+        out = target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=20,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config=config,
+        )
+        assert torch.equal(out, reference), (arch, policy, length, budget, schedule, gamma)
+        stats = rift_hf.last_stats(target)
+        if stats.budget is not None:
+            per_token = stats.peak_kv_bytes / max(1, stats.budget + gamma + 1)
+            assert per_token > 0
+            resolved = RiftConfig(**config).fitted(length).resolve_budget(length)
+            assert stats.budget == resolved
+    for _, draft in models.values():
+        pin_drafting(draft, 4)
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
