@@ -243,6 +243,10 @@ class RiftLayer(DynamicLayer):
         cache = self.cache
         if cache.config.snapkv_grow:
             return max(cache.recent, self.seen - cache.prompt_length + cache.recent)
+        if self.selected is not None and self.selected.shape[-1] < cache.n_select:
+            # A prompt with fewer candidates than selection slots (a short prompt): the window takes the unused slots,
+            # so the layer still holds `budget` entries. The selection lies below the window, so they never overlap.
+            return cache.budget - cache.config.n_sink - self.selected.shape[-1]
         return cache.recent
 
     def _select_from_prefill(self) -> None:
@@ -467,6 +471,7 @@ class RiftCache(Cache):
 
     def _resolve_budget(self, prompt_length: int) -> None:
         self.prompt_length = prompt_length
+        self.config = self.config.fitted(prompt_length)  # window / block size shrunk to a short prompt's budget
         budget = self.config.resolve_budget(prompt_length)
         self.budget = budget
         if budget != float("inf"):
@@ -495,6 +500,10 @@ class RiftCache(Cache):
         """
         if tokens_to_remove > 0:
             raise ValueError(f"RiftCache.crop takes a negative number of tokens to remove, got {tokens_to_remove}.")
+        if self.get_seq_length() == 0:
+            # Nothing written yet (transformers crops before the first round when the prompt has 1-2 tokens): layers
+            # that were never initialised, such as sliding-window ones, cannot be cropped.
+            return
         if self._snapshot_length is not None:
             seen = self.get_seq_length()
             target = seen + tokens_to_remove
@@ -512,6 +521,16 @@ class RiftCache(Cache):
         self._commit()
         if self.record_past:
             self._await_verified_forward()
+
+    def settle(self) -> None:
+        """
+        Commit now if the last forward fed only verified tokens (assisted generation calls this after each drafting
+        round). A round that drafts a single token runs no second forward, which would otherwise commit; without this
+        the drafter's whole prompt cache would stay uncompressed through the target's prefill.
+        """
+        if self.record_past and self._verified_forward_done:
+            self._verified_forward_done = False
+            self._commit()
 
     def _commit(self) -> None:
         if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):

@@ -88,20 +88,28 @@ class RiftConfig:
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."
             )
-        if isinstance(self.budget, float):
-            if self.budget.is_integer() and self.budget >= 1:
-                self.budget = int(self.budget)
-            elif not 0.0 < self.budget < 1.0:
-                raise ValueError(
-                    f"A fractional `budget` must lie in (0, 1), got {self.budget}; pass an int for a token count."
-                )
+        if isinstance(self.budget, float) and not 0.0 < self.budget < 1.0:
+            raise ValueError(
+                f"A float `budget` is a fraction of the prompt in (0, 1), got {self.budget}; pass an int for a token "
+                "count (budget=1.0 would keep everything: use policy='full')."
+            )
         if isinstance(self.budget, int) and self.budget <= 0:
             raise ValueError(f"`budget` must be a positive number of tokens, got {self.budget}.")
+        for name in ("rho", "al_threshold", "entropy_threshold", "drift_threshold", "al_alpha"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise TypeError(f"`{name}` must be a number{' or None' if name != 'al_alpha' else ''}, got {value!r}.")
         if self.rho is not None and not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"`rho` must lie in [0, 1], got {self.rho}.")
-        for name in ("n_sink",):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)}.")
+        if isinstance(self.n_sink, bool) or not isinstance(self.n_sink, int):
+            raise TypeError(f"`n_sink` must be an int, got {self.n_sink!r}.")
+        if self.n_sink < 0:
+            raise ValueError(f"`n_sink` must be >= 0, got {self.n_sink}.")
+        for name in ("snapkv_grow", "track_attention_mass"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        if self.store_device is not None:
+            self._check_store_device()
         for name in ("window", "pool_kernel", "block_size", "delta", "check_interval", "a_min", "a_max"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -116,6 +124,21 @@ class RiftConfig:
             raise ValueError(f"`al_alpha` must lie in (0, 1], got {self.al_alpha}.")
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
+
+    def _check_store_device(self) -> None:
+        import torch
+
+        if not self.keeps_store:
+            raise ValueError(
+                f"`store_device` places the full store, which policy {self.policy!r} does not keep; drop it, or use "
+                f"rift-dyn / rift-ada (or track_attention_mass=True)."
+            )
+        try:
+            torch.device(self.store_device)
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(
+                f"`store_device` must name a torch device such as 'cpu' or 'cuda:0', got {self.store_device!r}."
+            ) from err
 
     @property
     def is_scored(self) -> bool:
@@ -142,8 +165,24 @@ class RiftConfig:
                 "raise `budget` or lower `block_size`."
             )
 
+    def fitted(self, prompt_length: int) -> RiftConfig:
+        """
+        This config for a prompt of `prompt_length` tokens. A fractional budget can be smaller than the observation
+        window (or a block) on a short prompt; the window and block size then shrink to fit it, so the defaults work
+        on any prompt. An int budget is checked at construction and never changed.
+        """
+        if self.policy == "full" or isinstance(self.budget, int):
+            return self
+        budget = max(1, int(self.budget * prompt_length))
+        room = max(1, budget - self.n_sink)
+        window = min(self.window, room) if self.is_scored else self.window
+        block_size = min(self.block_size, room)
+        if (window, block_size) == (self.window, self.block_size) and self.n_sink < budget:
+            return self
+        return dataclasses.replace(self, window=window, block_size=block_size, n_sink=min(self.n_sink, budget - 1))
+
     def resolve_budget(self, prompt_length: int) -> int:
-        """The budget in tokens for a prompt of `prompt_length` tokens (validated)."""
+        """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts)."""
         if self.policy == "full":
             return math.inf
         budget = self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))

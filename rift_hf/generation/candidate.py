@@ -78,6 +78,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         _sync(device)
         tick = time.perf_counter()
         candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+        self.cache.settle()
         _sync(device)
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
         if self.target_cache is not None:

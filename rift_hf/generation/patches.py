@@ -45,8 +45,38 @@ def _looks_like_rift(cache_config) -> bool:
     )
 
 
+def _check_request(generation_config, model_kwargs) -> None:
+    """Everything about a `cache_implementation="rift"` call that can be refused before any forward runs."""
+    for name in ("num_beams", "num_return_sequences"):
+        value = getattr(generation_config, name, None) or 1
+        if value > 1:
+            raise ValueError(
+                f"cache_implementation='rift' decodes one sequence per prompt, got {name}={value}; drop `{name}` (or "
+                "call generate once per sequence)."
+            )
+    for name in ("prompt_lookup_num_tokens", "assistant_early_exit"):
+        if getattr(generation_config, name, None) is not None:
+            raise ValueError(
+                f"cache_implementation='rift' compresses a drafter model's cache, but `{name}` drafts without one "
+                f"(rift would be silently unused); drop `{name}`, or pass assistant_model= to draft with a model."
+            )
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None and mask.ndim == 2 and mask.shape[-1] and not bool(mask[:, 0].all()):
+        raise ValueError(
+            "cache_implementation='rift' takes one unpadded prompt, but the attention_mask starts with padding; pass "
+            "the prompt without padding (batch size 1 needs none)."
+        )
+
+
 def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
     original = _ORIGINALS["_prepare_cache_for_generation"]
+    user_cache = model_kwargs.get("past_key_values")
+    assisted_target = generation_mode == GenerationMode.ASSISTED_GENERATION and not generation_config.is_assistant
+    if assisted_target and isinstance(user_cache, RiftCache) and not user_cache.verifier:
+        raise ValueError(
+            "In assisted generation only the drafter's cache is compressed, so a RiftCache cannot be the target's "
+            "`past_key_values`; drop it and pass cache_implementation='rift' (and cache_config=...) instead."
+        )
     if generation_config.cache_implementation != NAME:
         if _looks_like_rift(generation_config.cache_config):
             raise ValueError(
@@ -54,8 +84,10 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
                 "cache_implementation='rift' to generate (or set it on the GenerationConfig)."
             )
         return original(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length)
+    if not generation_config.is_assistant:
+        _LAST_STATS.pop(self, None)  # statistics belong to the call that made them
+        _check_request(generation_config, model_kwargs)
     rift_config = RiftConfig.coerce(generation_config.cache_config)
-    user_cache = model_kwargs.get("past_key_values")
     if isinstance(user_cache, StaticCache):
         raise ValueError("A StaticCache cannot be combined with cache_implementation='rift'; drop `past_key_values`.")
     if generation_config.is_assistant and isinstance(user_cache, RiftCache):
@@ -97,8 +129,7 @@ def _get_candidate_generator(
     assistant_tokenizer=None,
 ):
     original = _ORIGINALS["_get_candidate_generator"]
-    special = (generation_config.assistant_early_exit, generation_config.prompt_lookup_num_tokens)
-    if generation_config.cache_implementation != NAME or assistant_model is None or any(s is not None for s in special):
+    if generation_config.cache_implementation != NAME or assistant_model is None:
         return original(
             self,
             generation_config,
@@ -144,12 +175,25 @@ def _validate_generation_mode(self, generation_mode, generation_config, generati
     if not (rift_assisted and self._is_stateful):
         return original(self, generation_mode, generation_config, generation_mode_kwargs)
     # transformers refuses stateful targets because a rejection cannot be rolled back; rift's verifier cache does
-    # roll back, so the refusal is lifted for this call only.
-    self._is_stateful = False
-    try:
-        return original(self, generation_mode, generation_config, generation_mode_kwargs)
-    finally:
-        del self._is_stateful
+    # roll back, so the check runs on a view of the model that reads as stateless (the model itself is not touched,
+    # so concurrent calls sharing it see no change).
+    return original(_StatelessView(self), generation_mode, generation_config, generation_mode_kwargs)
+
+
+class _StatelessView:
+    """Reads through to `model`, except `_is_stateful` (False); `__class__` stays the model's for messages."""
+
+    _is_stateful = False
+
+    def __init__(self, model):
+        object.__setattr__(self, "_model", model)
+
+    @property
+    def __class__(self):
+        return type(self._model)
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
 
 
 def apply() -> None:
