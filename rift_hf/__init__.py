@@ -3,6 +3,11 @@
 `import rift_hf` registers (additively) the "rift" attention backend and the `cache_implementation="rift"` name.
 """
 
+from ._compat import check_transformers as _check_transformers
+
+_check_transformers()  # before anything touches transformers' private generate methods
+
+# ruff: noqa: E402
 from . import attention as _attention
 from .cache import RiftCache, RiftLayer, RiftStateLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset

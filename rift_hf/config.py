@@ -7,10 +7,13 @@ field here, so a run can be reproduced from its config alone.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+CONFIG_NAME = "rift_config.json"
 POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
 # Policies whose selection comes from a scorer, so they need the queries the "rift" attention backend sees.
 SCORED_POLICIES = ("snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
@@ -219,6 +222,29 @@ class RiftConfig:
         if unknown:
             raise ValueError(f"Unknown RiftConfig field(s) {unknown}; valid fields: {sorted(names)}.")
         return cls(**data)
+
+    def save_pretrained(self, folder) -> Path:
+        """Write this config to `<folder>/rift_config.json`, a file plain transformers ignores (a drafter's folder
+        stays loadable everywhere; rift reads it with `RiftConfig.from_pretrained`)."""
+        path = Path(folder) / CONFIG_NAME
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def from_pretrained(cls, folder) -> RiftConfig:
+        """The config a folder (or a Hub repository id) carries in `rift_config.json` (see `save_pretrained`)."""
+        path = Path(folder) / CONFIG_NAME
+        if not Path(folder).is_dir():
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(str(folder), CONFIG_NAME))
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{folder} has no {CONFIG_NAME}; pass a RiftConfig or a dict as cache_config, or save one with "
+                "RiftConfig(...).save_pretrained(folder)."
+            )
+        return cls.from_dict(json.loads(path.read_text()))
 
     @classmethod
     def coerce(cls, value: RiftConfig | dict[str, Any] | str | None) -> RiftConfig:

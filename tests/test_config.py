@@ -59,3 +59,15 @@ def test_round_trip_through_generation_config(tmp_path):
 def test_unknown_field_is_named():
     with pytest.raises(ValueError, match="bugdet"):
         RiftConfig.from_dict({"policy": "swa", "bugdet": 3})
+
+
+def test_transformers_outside_the_tested_range_is_refused_at_import():
+    import pytest
+
+    from rift_hf._compat import check_transformers
+
+    check_transformers("5.23.0")
+    check_transformers("5.23.4")
+    for version in ("5.22.1", "5.24.0", "4.57.0"):
+        with pytest.raises(ImportError, match=r"pip install 'transformers>=5.23,<5.24'"):
+            check_transformers(version)

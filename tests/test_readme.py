@@ -1,21 +1,43 @@
-"""The README's quick-start snippet runs as written, on tiny random models."""
+"""The README's quick start runs verbatim, with only the model names swapped for tiny local models."""
 
 import pathlib
 import re
 
-import rift_hf
-from tiny import draft_target_pair, make_prompt
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from rift_hf.models import tiny_random_pair
 
 README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
 
 
-def test_quickstart_snippet_runs():
+def _char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per printable ASCII character (and [UNK]), loadable with AutoTokenizer once saved."""
+    vocab = {"[UNK]": 0, **{chr(c): i + 1 for i, c in enumerate(range(32, 127))}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]")
+
+
+def test_quickstart_runs_verbatim(tmp_path, capsys):
     text = README.read_text()
     block = re.search(r"<!-- quickstart -->\s*```python\n(.*?)```", text, re.S)
     assert block, "README lost its quick-start block"
-    target, draft = draft_target_pair("llama")
-    namespace = {"rift_hf": rift_hf, "target": target, "draft": draft, "ids": make_prompt(80)}
-    exec(block.group(1), namespace)
-    stats = namespace["stats"]
-    assert sum(r["accepted"] + 1 for r in stats.rounds) == namespace["out"].shape[1] - 80
-    assert stats.budget == 20
+    code = block.group(1)
+    target, draft, _ = tiny_random_pair()
+    for name, model in (("target", target), ("draft", draft)):
+        model.save_pretrained(tmp_path / name)
+        _char_tokenizer().save_pretrained(tmp_path / name)
+    names = re.findall(r'from_pretrained\("([^"]+)"\)', code)
+    assert names == ["Qwen/Qwen2.5-Coder-1.5B-Instruct"] * 2 + ["Qwen/Qwen2.5-Coder-0.5B-Instruct"]
+    code = code.replace(names[0], str(tmp_path / "target")).replace(names[2], str(tmp_path / "draft"))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    stats, out, ids = namespace["stats"], namespace["out"], namespace["ids"]
+    assert sum(r["accepted"] + 1 for r in stats.rounds) == out.shape[1] - ids.shape[1] == 64
+    assert stats.budget == ids.shape[1] // 4
+    assert torch.equal(out, namespace["target"].generate(ids, max_new_tokens=64, do_sample=False))
+    printed = capsys.readouterr().out
+    assert f"AL {stats.acceptance_length:.2f}" in printed

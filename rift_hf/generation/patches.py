@@ -92,6 +92,15 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         raise ValueError("A StaticCache cannot be combined with cache_implementation='rift'; drop `past_key_values`.")
     if generation_config.is_assistant and isinstance(user_cache, RiftCache):
         return None  # the drafter of a RiftCandidateGenerator: its cache is already in place
+    if generation_config.is_assistant and user_cache is None:
+        # A drafter whose own generation config asks for rift, inside transformers' own assisted loop (the target
+        # did not ask for rift): compress its cache as asked. That loop crops the drafter's cache after every round,
+        # so the cache records the past, as RiftCandidateGenerator's does; the target still verifies every token.
+        use_rift_attention(self, rift_config)
+        cache = RiftCache(self.config, rift_config)
+        cache.activate_past_recording()
+        model_kwargs["past_key_values"] = cache
+        return None
     if batch_size > 1:
         raise ValueError(
             f"cache_implementation='rift' supports batch size 1, got {batch_size}: call generate once per prompt."

@@ -20,12 +20,16 @@ compressed with RIFT policies (rift-hf). Base model: `{{ base_model_name }}`.
 
 ```python
 import rift_hf  # registers cache_implementation="rift"
-out = target.generate(ids, assistant_model=drafter, do_sample=False,
-                      cache_implementation="rift", cache_config={{ recommended }})
+from transformers import AutoModelForCausalLM
+
+drafter = AutoModelForCausalLM.from_pretrained("{{ repo_id }}")
+out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift",
+                      cache_config=rift_hf.RiftConfig.from_pretrained("{{ repo_id }}"))  # {{ recommended }}
 ```
 
-The drafter's `generation_config.json` carries this recommended `cache_config`. Greedy output is always the
-target's own: compression only changes how many drafted tokens are accepted.
+The recommended config sits in the folder's `rift_config.json`, which plain transformers ignores: the drafter loads
+and drafts like any other model without rift-hf. Greedy output is always the target's own: compression only changes
+how many drafted tokens are accepted.
 
 ## Results
 
@@ -127,6 +131,7 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         target=target,
         base_model_name=base_model,
         recommended=result["recommended_config"],
+        repo_id=model_name,
         n_eval=len(result["eval_modules"]),
         eval_modules=", ".join(result["eval_modules"]),
         eval_tokens="-".join(str(t) for t in sorted({min(result["eval_tokens"]), max(result["eval_tokens"])})),

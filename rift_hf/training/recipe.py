@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..config import RiftConfig
+
 TRAIN_MODULES = (
     "email.message",
     "http.client",
@@ -174,11 +176,12 @@ def run(
     after = _summarise(acceptance_lengths(target, draft, held_out, configs, new_tokens, gamma))
 
     recommended = {"policy": "rift-stat", "budget": 0.25, "window": window}
-    draft.generation_config.cache_implementation = "rift"
-    draft.generation_config.cache_config = recommended
     out.mkdir(parents=True, exist_ok=True)
+    # The generation config stays plain transformers (a drafter must load and draft anywhere); the recommended
+    # RiftConfig goes into its own file, which rift reads with RiftConfig.from_pretrained.
     draft.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
+    RiftConfig.from_dict(recommended).save_pretrained(out / "model")
     result = {
         "preset": preset,
         "base_model": draft_spec.upstream,
