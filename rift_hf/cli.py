@@ -472,6 +472,9 @@ def main(argv=None) -> None:
         "--out", type=Path, help="results folder (default: benchmarks/results/<experiment>/<preset>/replay-...)"
     )
     rep.add_argument("--summary", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
+    rep.add_argument(
+        "--cached-only", action="store_true", help="leave out prompts whose target output is not cached yet"
+    )
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
     train.add_argument("--preset", default="qwen-coder")
@@ -560,6 +563,7 @@ def main(argv=None) -> None:
             sources=args.sources,
             experiment=args.experiment,
             summary_path=args.summary,
+            cached_only=args.cached_only,
         )
         for result in results:
             print(markdown_table(result))

@@ -420,6 +420,7 @@ def replay_compare(
     summary_path: Path | None = None,
     extra: dict | None = None,
     models: tuple | None = None,
+    cached_only: bool = False,
 ) -> list[dict]:
     """
     `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
@@ -430,7 +431,8 @@ def replay_compare(
     every policy (`capture_prefill`; all policies then use the "rift" attention backend when any policy scores).
     One `compare.json` per compression is written (`"method": "replay"`),
     and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
-    time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`.
+    time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts
+    whose target output is not cached yet are left out (and named) instead of computed.
     """
     from tqdm.auto import tqdm
 
@@ -455,6 +457,17 @@ def replay_compare(
     fix_draft_length(draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     records = []
+    if cached_only:
+        missing = [
+            p.name
+            for p in prompts
+            if not target_output_path(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype).exists()
+        ]
+        if missing:
+            print(f"replay: no cached target output yet for {', '.join(missing)}; left out (--cached-only)")
+        prompts = [p for p in prompts if p.name not in missing]
+        if not prompts:
+            raise ValueError(f"No prompt has a cached target output under {targets_dir}; run without --cached-only.")
     for prompt in prompts:
         path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
         if not path.exists():

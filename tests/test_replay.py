@@ -216,6 +216,11 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     assert (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines() == rows
     again = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
     assert again["summary"] == result["summary"]
+    # Two prompts per task asked, one cached per task: --cached-only replays those and leaves the others out.
+    wider = [a if a != "1" else "2" for a in argv] + ["--cached-only"]
+    main(wider)
+    result = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    assert result["prompts"] == 2 and len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
 
 
 def test_replay_cli_argument_errors(capsys):
