@@ -353,10 +353,19 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="rift-hf policy comparison demo")
-    parser.add_argument("--preset", default="tiny-random", choices=["tiny-random", "qwen-coder", "gemma3-self"])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7860)
+    parser = argparse.ArgumentParser(
+        prog="rift-hf demo",
+        description="rift-hf policy comparison demo (Gradio)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--preset",
+        default="tiny-random",
+        choices=["tiny-random", "qwen-coder", "gemma3-self"],
+        help="model preset (tiny-random starts in seconds and only shows the mechanics)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address the server listens on")
+    parser.add_argument("--port", type=int, default=7860, help="port the server listens on")
     args = parser.parse_args(argv)
     app = build_app(args.preset)
     app.launch(server_name=args.host, server_port=args.port, css=app.rift_css)

