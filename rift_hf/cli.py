@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -413,13 +414,14 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         draft_spec.upstream,
     )
     print(f"wrote {out / 'model' / 'README.md'} and {card_dir / name / 'README.md'}")
-    readme = Path("README.md")
-    if readme.exists() and "<!-- training:start -->" in readme.read_text():
+    page = Path("docs/training.md")
+    if page.exists() and "<!-- training:start -->" in page.read_text():
         blocks = []
         for path in sorted(card_dir.glob("*/README.md")):  # every trained drafter's card, not only this one
             results = path.read_text().split("## Results", 1)[1].split("## Training", 1)[0].strip()
-            blocks.append(f"From [`{path.parent.as_posix()}`]({path.as_posix()}):\n\n{results}\n")
-        write_into_readme("\n".join(blocks), readme, "training")
+            link = os.path.relpath(path, page.parent)
+            blocks.append(f"From [`{path.parent.as_posix()}`]({Path(link).as_posix()}):\n\n{results}\n")
+        write_into_readme("\n".join(blocks), page, "training")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -41,3 +41,13 @@ def test_quickstart_runs_verbatim(tmp_path, capsys):
     assert torch.equal(out, namespace["target"].generate(ids, max_new_tokens=64, do_sample=False))
     printed = capsys.readouterr().out
     assert f"AL {stats.acceptance_length:.2f}" in printed
+
+
+def test_readme_fits_a_screen_or_two_and_its_links_resolve():
+    text = README.read_text()
+    assert len(text.encode()) < 15_000
+    root = README.parent
+    for page in [README, *sorted((root / "docs").glob("*.md"))]:
+        for link in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
+            if not link.startswith("http"):
+                assert (page.parent / link).exists(), f"{page.name}: broken link {link}"

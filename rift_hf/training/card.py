@@ -23,8 +23,8 @@ import rift_hf  # registers cache_implementation="rift"
 from transformers import AutoModelForCausalLM
 
 drafter = AutoModelForCausalLM.from_pretrained("{{ repo_id }}")
-out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift",
-                      cache_config=rift_hf.RiftConfig.from_pretrained("{{ repo_id }}"))  # {{ recommended }}
+config = rift_hf.RiftConfig.from_pretrained("{{ repo_id }}")  # {{ recommended }}
+out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift", cache_config=config)
 ```
 
 The recommended config sits in the folder's `rift_config.json`, which plain transformers ignores: the drafter loads
