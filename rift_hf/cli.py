@@ -424,6 +424,24 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         write_into_readme("\n".join(blocks), page, "training")
 
 
+def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int) -> None:
+    """The arguments `compare` and `replay` share: models, policies, prompts and the drafting protocol."""
+    parser.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset (target, drafter)")
+    parser.add_argument(
+        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels, e.g. rift-dyn@delta=16"
+    )
+    parser.add_argument("--input-tokens", type=int, default=input_tokens, help="approximate source tokens per prompt")
+    parser.add_argument(
+        "--new-tokens", type=int, default=new_tokens, help="tokens generated per prompt (EOS held back)"
+    )
+    parser.add_argument("--per-task", type=int, default=per_task, help="prompts per task")
+    parser.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
+    parser.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
+    parser.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
+    parser.add_argument("--window", type=int, default=64, help="SnapKV observation window")
+    parser.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")
+
+
 class _Parser(argparse.ArgumentParser):
     """Subcommand parsers that print their defaults in `--help`."""
 
@@ -451,19 +469,8 @@ def main(argv=None) -> None:
     models.add_argument("action", choices=["install"], help="what to do")
     models.add_argument("preset", choices=sorted(MODEL_PRESETS), help="model preset")
     cmp = sub.add_parser("compare", help="policies side by side on a real model preset")
-    cmp.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset (target and drafter)")
-    cmp.add_argument(
-        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels, e.g. rift-dyn@delta=16"
-    )
+    _add_run_arguments(cmp, input_tokens=1024, new_tokens=64, per_task=1)
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
-    cmp.add_argument("--input-tokens", type=int, default=1024, help="approximate source tokens per prompt")
-    cmp.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (EOS held back)")
-    cmp.add_argument("--per-task", type=int, default=1, help="prompts per task")
-    cmp.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
-    cmp.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
-    cmp.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
-    cmp.add_argument("--window", type=int, default=64, help="SnapKV observation window")
-    cmp.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="dtype of both models")
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     rep = sub.add_parser(
@@ -472,21 +479,12 @@ def main(argv=None) -> None:
         description="Replays assisted greedy decoding of each policy against the target's cached greedy output "
         "(rift_hf.replay): same AL as real assisted runs, without the target's cost. Resumable.",
     )
-    rep.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset")
-    rep.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels")
-    rep.add_argument("--compressions", default="4,8", help="comma-separated compressions (default: 4,8)")
-    rep.add_argument("--input-tokens", type=int, default=4096, help="approximate source tokens per prompt")
-    rep.add_argument("--new-tokens", type=int, default=512, help="target output length (EOS held back)")
-    rep.add_argument("--per-task", type=int, default=8, help="prompts per task (default: 8)")
-    rep.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
-    rep.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
-    rep.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
-    rep.add_argument("--window", type=int, default=64, help="SnapKV observation window")
-    rep.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval")
+    _add_run_arguments(rep, input_tokens=4096, new_tokens=512, per_task=8)
+    rep.add_argument("--compressions", default="4,8", help="comma-separated compressions")
     rep.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="drafter dtype in replay")
     rep.add_argument("--target-dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype")
     rep.add_argument("--targets", type=Path, default=Path("benchmarks/results/targets"), help="target output cache")
-    rep.add_argument("--experiment", default="E1", help="experiment name for summary.json (default: E1)")
+    rep.add_argument("--experiment", default="E1", help="experiment name for summary.json")
     rep.add_argument(
         "--out", type=Path, help="results folder (default: benchmarks/results/<experiment>/<preset>/replay-...)"
     )
