@@ -193,16 +193,23 @@ def test_unknown_policy_lists_the_valid_ones(llama_pair):
         )
 
 
-def test_budget_too_small_for_window_is_caught_at_prefill(llama_pair):
+def test_a_fractional_budget_below_the_window_shrinks_the_window(llama_pair):
+    # The robustness issue changed this: a short prompt's fractional budget fits the window to itself (4 tokens here)
+    # instead of failing at the drafter's prefill; an int budget below the window is still refused at construction.
     target, draft = llama_pair
+    ids = make_prompt(40)
+    out = target.generate(
+        ids,
+        assistant_model=draft,
+        max_new_tokens=4,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8},
+    )
+    assert torch.equal(out, target.generate(ids, max_new_tokens=4, do_sample=False))
+    assert rift_hf.last_stats(target).budget == 4
     with pytest.raises(ValueError, match="raise `budget` or lower `window`"):
-        target.generate(
-            make_prompt(40),
-            assistant_model=draft,
-            max_new_tokens=4,
-            cache_implementation="rift",
-            cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8},
-        )
+        rift_hf.RiftConfig(policy="rift-stat", budget=4, window=8)
 
 
 def test_batch_size_above_one_is_refused(llama_pair):
