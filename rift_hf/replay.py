@@ -494,9 +494,11 @@ def replay_compare(
             for line in rows_path.read_text().splitlines():
                 row = json.loads(line)
                 done[compression][row["prompt"], row["policy"]] = row
+    # Regimes interleaved (the first prompt of each task, then the second ...), so a partial run covers them all.
+    rank = {p.name: sum(q.task == p.task for q in prompts[:i]) for i, p in enumerate(prompts)}
     todo = [
         (prompt, record, compression, policy)
-        for prompt, record in zip(prompts, records, strict=True)
+        for prompt, record in sorted(zip(prompts, records, strict=True), key=lambda pair: rank[pair[0].name])
         for compression in compressions
         for policy in policies
         if (prompt.name, policy) not in done[compression]
