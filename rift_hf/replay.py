@@ -377,25 +377,10 @@ def replay(
                 entropies = draft_entropy(scores)
             # The real loop caps the emitted tokens at the length limit and at an EOS of the target.
             accepted = min(accepted, prompt + produced - cur - 1)
-            cache.signals.observe_round(accepted, entropies[: accepted + 1])
-            stats.rounds.append(
-                {
-                    "drafted": drafted,
-                    "accepted": accepted,
-                    "draft_seconds": seconds,
-                    "signals": cache.signals.snapshot(),
-                }
-            )
-            held = cache.kv_bytes()
-            stats.peak_kv_bytes = max(stats.peak_kv_bytes, held["working"])
-            stats.peak_store_bytes = max(stats.peak_store_bytes, held["store"])
+            stats.record_round(cache, drafted, accepted, seconds, entropies)
             if schedule != "constant":  # update_candidate_strategy (a round that drafted nothing counts as full)
                 gamma = gamma + 2 if accepted == drafted else max(1, gamma - 1)
             cur += accepted + 1
-    if config.track_attention_mass:
-        stats.attention_mass = cache.attention_mass_log()
-    stats.prompt_tokens = cache.prompt_length
-    stats.budget = None if cache.budget == float("inf") else int(cache.budget)
     return stats
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
@@ -91,18 +90,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         super().update_candidate_strategy(input_ids, scores, num_matches)
         # A round without drafting (the length limit left no room) still costs one target step.
         pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": []}
-        accepted = int(num_matches)
-        entropies = pending.pop("entropy")
-        # The drafter's distributions at committed positions: accepted drafts and the first rejected one.
-        self.cache.signals.observe_round(accepted, entropies[: accepted + 1])
-        self.stats.rounds.append({**pending, "accepted": accepted, "signals": self.cache.signals.snapshot()})
-        self.stats.rescorings = self.cache.events
-        held = self.cache.kv_bytes()
-        self.stats.peak_kv_bytes = max(self.stats.peak_kv_bytes, held["working"])
-        self.stats.peak_store_bytes = max(self.stats.peak_store_bytes, held["store"])
-        if self.rift_config.track_attention_mass:
-            self.stats.attention_mass = self.cache.attention_mass_log()
-        self.stats.prompt_tokens = self.cache.prompt_length
-        budget = self.cache.budget
-        self.stats.budget = None if math.isinf(budget) else int(budget)
+        self.stats.record_round(
+            self.cache, pending["drafted"], int(num_matches), pending["draft_seconds"], pending["entropy"]
+        )
         self._pending = None

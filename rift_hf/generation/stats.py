@@ -28,6 +28,30 @@ class RiftStats:
     peak_store_bytes: int = 0  # full stores of rift-dyn/ada (or the measurement mode), peak over rounds
     attention_mass: list = field(default_factory=list)  # (position, share kept), with track_attention_mass
 
+    def record_round(self, cache, drafted: int, accepted: int, draft_seconds: float, entropies: list[float]) -> None:
+        """
+        One verification round on `cache` (a `RiftCache`): feeds the ada signals (AL, and the drafter's entropy at
+        the committed positions: the accepted drafts and the first rejected one) and updates rounds, rescorings,
+        peak memory, the attention-mass log, prompt length and budget.
+        """
+        cache.signals.observe_round(accepted, entropies[: accepted + 1])
+        self.rounds.append(
+            {
+                "drafted": drafted,
+                "draft_seconds": draft_seconds,
+                "accepted": accepted,
+                "signals": cache.signals.snapshot(),
+            }
+        )
+        self.rescorings = cache.events
+        held = cache.kv_bytes()
+        self.peak_kv_bytes = max(self.peak_kv_bytes, held["working"])
+        self.peak_store_bytes = max(self.peak_store_bytes, held["store"])
+        if cache.config.track_attention_mass:
+            self.attention_mass = cache.attention_mass_log()
+        self.prompt_tokens = cache.prompt_length
+        self.budget = None if cache.budget == float("inf") else int(cache.budget)
+
     @property
     def acceptance_length(self) -> float:
         """Tokens emitted per verification round, bonus token included (SPEED-Bench AL)."""
