@@ -191,7 +191,10 @@ def summarise(runs: list[dict], policies) -> list[dict]:
                 "rescore_share": _mean(rows, "rescore_share"),
                 "tokens_per_s": _mean(rows, "tokens_per_s"),
                 "speedup": _mean(rows, "speedup"),
-                "lossless": all(r.get("same_as_full_drafter") in (True, None) for r in rows),
+                # None where nothing was generated (replay): there is no output to compare.
+                "lossless": None
+                if all("same_as_full_drafter" not in r for r in rows)
+                else all(r.get("same_as_full_drafter") in (True, None) for r in rows),
             }
         )
     return summary
@@ -344,7 +347,7 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
                 f"{_fmt(r.get('retention_max'), '.2f')} | {_fmt(r.get('draft_ms_per_token'), '.1f')} | "
                 f"{_fmt(r.get('rescorings'), '.1f')} | {_fmt(r.get('rescore_share'), '.3f')} | "
                 f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
-                f"{_fmt(r.get('speedup'), '.2f')}x |"
+                f"{_fmt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') is not None else ''} |"
             )
             if tracked:
                 line += (
@@ -381,7 +384,8 @@ def markdown_table(result: dict) -> str:
         )
         lines.append(
             f"| {s['policy']} | {s['al']:.2f} | {retention} | {_fmt(s['draft_ms_per_token'], '.1f')} | "
-            f"{_fmt(s['tokens_per_s'], '.2f')} | {_fmt(s['speedup'], '.2f')}x | {'yes' if s['lossless'] else 'NO'} |"
+            f"{_fmt(s['tokens_per_s'], '.2f')} | {_fmt(s['speedup'], '.2f') + 'x' if s['speedup'] else '-'} | "
+            f"{'-' if s['lossless'] is None else 'yes' if s['lossless'] else 'NO'} |"
         )
     return head + "\n".join(lines) + "\n"
 
