@@ -171,12 +171,12 @@ class RiftConfig:
     def fitted(self, prompt_length: int) -> RiftConfig:
         """
         This config for a prompt of `prompt_length` tokens. A fractional budget can be smaller than the observation
-        window (or a block) on a short prompt; the window and block size then shrink to fit it, so the defaults work
-        on any prompt. An int budget is checked at construction and never changed.
+        window (or a block) on a short prompt; the window and block size then shrink to fit it (and `n_sink` to below
+        it), so the defaults work on any prompt. An int budget is checked at construction and never changed.
         """
         if self.policy == "full" or isinstance(self.budget, int):
             return self
-        budget = max(1, int(self.budget * prompt_length))
+        budget = self._budget_tokens(prompt_length)
         room = max(1, budget - self.n_sink)
         window = min(self.window, room) if self.is_scored else self.window
         block_size = min(self.block_size, room)
@@ -184,11 +184,14 @@ class RiftConfig:
             return self
         return dataclasses.replace(self, window=window, block_size=block_size, n_sink=min(self.n_sink, budget - 1))
 
+    def _budget_tokens(self, prompt_length: int) -> int:
+        return self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))
+
     def resolve_budget(self, prompt_length: int) -> int:
         """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts)."""
         if self.policy == "full":
             return math.inf
-        budget = self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))
+        budget = self._budget_tokens(prompt_length)
         self.check_budget(budget)
         if self.policy == "rift-stat-block":
             budget = self.n_sink + (budget - self.n_sink) // self.block_size * self.block_size
