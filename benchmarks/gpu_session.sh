@@ -5,7 +5,10 @@
 #
 # 1. the Triton kernel tests compiled for the GPU (fp32, fp16 and bf16) and the attention-backend tests;
 # 2. `python -m benchmarks.kernels`: kernels against the PyTorch path, the rescoring share, and one drafter decode
-#    step with a full cache against RIFT caches at 4K..128K inputs (Qwen2.5-Coder-0.5B shapes, random weights).
+#    step with a full cache against RIFT caches at 4K..128K inputs (Qwen2.5-Coder-0.5B shapes, random weights);
+#    PARTS (default: all) picks its parts;
+# 3. `python -m benchmarks.step --random-weights`: decode step per policy and budget, the assisted loop's ms per
+#    drafted token, and whether a rift decode step can be captured in a CUDA graph.
 # Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (e.g. transformers
 # 5.23 for an image that has another version) are installed into /tmp/site first; rift-hf runs from the checkout,
 # given the layout pyproject.toml installs (links rift_hf/kernels and rift_hf/demo, git-ignored), so nothing is
@@ -35,9 +38,16 @@ print("python", platform.python_version(), "torch", torch.__version__, "triton",
       "transformers", transformers.__version__, "gpu", torch.cuda.get_device_name(0))
 EOF
 
-timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention.py \
+timeout ${PYTEST_LIMIT:-200} $PY -m pytest -q -p no:cacheprovider tests/test_kernels.py tests/test_attention.py \
+    tests/test_storage.py tests/test_cache.py \
     2>&1 | tee "$OUT/pytest-gpu.txt"
 echo "pytest exit: ${PIPESTATUS[0]}" | tee -a "$OUT/pytest-gpu.txt"
 
-timeout 300 $PY -m benchmarks.kernels --out "$OUT" 2>&1 | tee "$OUT/kernels.log"
+PARTS=${PARTS:-window_scores indexed_attention rescore_share drafter_step}
+timeout ${KERNELS_LIMIT:-300} $PY -m benchmarks.kernels --out "$OUT" --parts $PARTS 2>&1 | tee "$OUT/kernels.log"
 echo "benchmarks.kernels exit: ${PIPESTATUS[0]}" | tee -a "$OUT/kernels.log"
+
+timeout ${STEP_LIMIT:-240} $PY -m benchmarks.step --random-weights --out "$OUT/step-gpu.json" \
+    --contexts 1024,2048,4096,8192,16384,32768 --inputs 4096,16384,32768 --assisted-inputs 4096,16384 \
+    2>&1 | tee "$OUT/step.log"
+echo "benchmarks.step exit: ${PIPESTATUS[0]}" | tee -a "$OUT/step.log"

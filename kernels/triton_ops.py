@@ -279,7 +279,9 @@ def indexed_attention(
     """Triton version of `reference.indexed_attention`; the selection is read in place, never copied."""
     batch, h_q, length, dim = query.shape
     h_kv, k_sel = key.shape[1], index.shape[-1]
-    query, key, value, index = query.contiguous(), key.contiguous(), value.contiguous(), index.contiguous()
+    # The store is read through its strides (a view of a preallocated buffer is not copied); rows must be dense.
+    key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (key, value))
+    query, index = query.contiguous(), index.contiguous()
     out = torch.empty_like(query)
     sinks_arg = sinks.contiguous() if sinks is not None else query
     block_l = min(_pow2(length), 64)  # decode (L <= gamma + 1) is one block; a prefill is tiled

@@ -23,14 +23,14 @@ from transformers.cache_utils import (
     DYNAMIC_LAYER_TYPE_MAPPING,
     Cache,
     CacheLayerMixin,
-    DynamicLayer,
     LinearAttentionLayer,
     get_layer_types_and_kwargs,
 )
 
 from .config import RiftConfig
 from .kernels import uses_triton
-from .policies import Signals, block_scores, keep_mask, schedule_for, select_blocks, select_tokens, snapkv_scores
+from .policies import Signals, keep_mask
+from .storage import Rows, WorkingSet
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
@@ -41,16 +41,22 @@ _PASSTHROUGH_TYPES = ("sliding_attention", "chunked_attention", "dummy")
 _STATE_TYPES = ("linear_attention", "conv")
 
 
-class RiftLayer(DynamicLayer):
+class RiftLayer(CacheLayerMixin):
     """
     A full-attention cache layer compressed to `budget` past entries per KV head.
 
-    `keys`/`values` (`[B, H_kv, N, D]`) are the working set the attention reads, `positions` (`[H_kv, N]`) their
-    absolute token positions. With a store policy (`rift-dyn`, `rift-ada`) or the attention-mass measurement,
-    `store_keys`/`store_values` (`[B, H_kv, seen, D]`) keep every token, possibly on another device.
+    Storage (`rift_hf.storage`) is kept apart from the policy (`cache.policy`): `working` is the `WorkingSet` the
+    attention reads (`keys`/`values` `[B, H_kv, N, D]` and their absolute `positions` `[H_kv, N]` are views of its
+    used rows), laid out as sinks and selection, a ring for the recent window, then the rows written since the last
+    commit. Until the first compression the ring is unbounded (every token is kept in order). With a store policy
+    (`rift-dyn`, `rift-ada`) or the attention-mass measurement, `store` keeps every token (possibly on another device;
+    `store_keys`/`store_values` are views of it). A commit of k verified tokens writes k rows; only a new selection
+    (the first one, or a rescoring) rebuilds the working set.
     """
 
     is_croppable = True
+    # Rows reserved past the budget for the tokens of one drafting round (a longer round grows the buffer).
+    HEADROOM = 32
 
     def __init__(self, cache: RiftCache, layer_idx: int):
         super().__init__()
@@ -58,10 +64,11 @@ class RiftLayer(DynamicLayer):
         self.layer_idx = layer_idx
         self.seen = 0
         self.committed = 0  # stored entries at the last commit; rollback may not go below
-        self.positions: torch.Tensor | None = None
+        self.working: WorkingSet | None = None
+        self.store: Rows | None = None
+        self.compressed = False
         self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
         self.prefill_scores: torch.Tensor | None = None  # [H_kv, T] scores of the prompt
-        self.store_keys = self.store_values = None
         self.queries: torch.Tensor | None = None  # [B, H_q, <=w, D], queries of positions [seen - n, seen)
         self.scale: float | None = None
         self.sinks: torch.Tensor | None = None
@@ -73,42 +80,65 @@ class RiftLayer(DynamicLayer):
         self.indexed = False
         self.returned_keys: torch.Tensor | None = None
 
+    # Views of the storage (the mixin's `keys`/`values` attributes are read-only views here).
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self.working is None else self.working.used_keys
+
+    @keys.setter
+    def keys(self, value) -> None:
+        if value is not None:
+            raise AttributeError("RiftLayer.keys is a view of the working set; write through `update`.")
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self.working is None else self.working.used_values
+
+    @values.setter
+    def values(self, value) -> None:
+        if value is not None:
+            raise AttributeError("RiftLayer.values is a view of the working set; write through `update`.")
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        return None if self.working is None else self.working.used_positions
+
+    @property
+    def store_keys(self) -> torch.Tensor | None:
+        return None if self.store is None else self.store.used_keys
+
+    @property
+    def store_values(self) -> torch.Tensor | None:
+        return None if self.store is None else self.store.used_values
+
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
-        self.positions = torch.empty(key_states.shape[1], 0, dtype=torch.long, device=self.device)
-        if self.cache.config.keeps_store:
-            store = self.cache.config.store_device or self.device
-            self.store_keys = torch.empty(
-                *key_states.shape[:2], 0, key_states.shape[-1], dtype=self.dtype, device=store
-            )
-            self.store_values = torch.empty_like(self.store_keys)
+        self.dtype, self.device = key_states.dtype, key_states.device
+        config = self.cache.config
+        capacity = key_states.shape[-2] + self.HEADROOM
+        if config.keeps_store:
+            store = config.store_device or self.device
+            self.store = Rows(key_states, capacity, device=store)
             on_device = torch.device(store) == torch.device(self.device)
-            self.indexed = (
-                on_device and self.cache.config.policy in ("rift-dyn", "rift-ada") and uses_triton(key_states)
-            )
+            self.indexed = on_device and self.cache.policy.keeps_store and uses_triton(key_states)
+        self.working = WorkingSet(key_states, capacity, with_kv=not self.indexed)
+        self.is_initialized = True
 
     def activate_past_recording(self) -> None:
         self.record_past = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append the new states; return the working set plus them (`[B, H_kv, N + q, D]`)."""
+        """Write the new states after the working set; return the working set plus them (`[B, H_kv, N + q, D]`)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         q = key_states.shape[-2]
         new_positions = torch.arange(self.seen, self.seen + q, device=self.device)
-        self.positions = torch.cat([self.positions, new_positions.expand(self.positions.shape[0], -1)], dim=-1)
-        if self.store_keys is not None:
-            self.store_keys = torch.cat([self.store_keys, key_states.to(self.store_keys.device)], dim=-2)
-            self.store_values = torch.cat([self.store_values, value_states.to(self.store_values.device)], dim=-2)
+        self.working.append(key_states, value_states, new_positions.expand(self.working.shape[1], -1))
+        if self.store is not None:
+            self.store.append(key_states, value_states)
         self.seen += q
         if not self.record_past:
             self.committed = self.stored
-        if self.indexed:
-            out = self.store_keys, self.store_values
-        else:
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
-            out = self.keys, self.values
+        out = (self.store_keys, self.store_values) if self.indexed else (self.keys, self.values)
         # The backend recognises this forward by the very key tensor handed back here.
         self.returned_keys = out[0]
         ACTIVE_LAYER.set(self)
@@ -127,7 +157,7 @@ class RiftLayer(DynamicLayer):
 
     @property
     def stored(self) -> int:
-        return 0 if self.positions is None else self.positions.shape[-1]
+        return 0 if self.working is None else self.working.length
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -144,21 +174,22 @@ class RiftLayer(DynamicLayer):
                 "and older entries may have been evicted. Call `activate_past_recording()` before generating so "
                 "that compression waits for verification."
             )
-        if not self.indexed:
-            self.keys = self.keys[..., :-n, :]
-            self.values = self.values[..., :-n, :]
-        self.positions = self.positions[:, :-n]
-        if self.store_keys is not None:
-            self.store_keys = self.store_keys[..., :-n, :]
-            self.store_values = self.store_values[..., :-n, :]
+        self.working.length -= n
+        if self.store is not None:
+            self.store.length -= n
         self.seen -= n
         if self.queries is not None:
             keep = max(0, self.queries.shape[2] - n)
             self.queries = self.queries[:, :, :keep]
         self.mass_log = [entry for entry in self.mass_log if entry[0] < self.seen]
 
+    def offload(self) -> None:
+        raise NotImplementedError("RiftCache layers cannot be offloaded; use RiftConfig(store_device='cpu').")
+
+    def prefetch(self) -> None:
+        return None
+
     def reset(self) -> None:
-        super().reset()
         self.__init__(self.cache, self.layer_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
@@ -183,16 +214,16 @@ class RiftLayer(DynamicLayer):
         if (
             config.is_scored
             and self.selected is None
+            and not self.compressed
             and self.stored == self.seen
             and q >= min(config.window, self.seen)
         ):
             window = min(config.window, q)
-            scores = snapkv_scores(query[:, :, -window:], key, scale, config.pool, config.pool_kernel, sinks)
-            self.prefill_scores = scores[0]
+            self.prefill_scores = self.cache.policy.score(query[:, :, -window:], key, scale, sinks)[0]
         if self.cache.records_queries:
             # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
             self.queries = query.detach() if self.queries is None else torch.cat([self.queries, query.detach()], dim=2)
-        if config.track_attention_mass and self.store_keys is not None and self.seen > q:  # decode steps
+        if config.track_attention_mass and self.store is not None and self.seen > q:  # decode steps
             self._log_attention_mass(query)
 
     def _log_attention_mass(self, query: torch.Tensor) -> None:
@@ -226,17 +257,19 @@ class RiftLayer(DynamicLayer):
         if self.queries is not None:
             self.queries = self.queries[:, :, -cache.config.window :]
         if self.is_initialized and self.seen > cache.budget:
-            if self.selected is None and cache.n_select > 0:
+            if not self.compressed:
                 # Store policies make their first selection like a rescoring (the last w queries over the store),
                 # which right after prefill is exactly SnapKV on the prompt; the others use the prompt's scores.
-                if self.store_keys is not None and cache.config.policy in ("rift-dyn", "rift-ada"):
+                if cache.policy.keeps_store:
                     rescore = True
                 else:
-                    self._select_from_prefill()
+                    self._compress_prompt()
             if rescore:
                 self._rescore()
             else:
-                self._evict()
+                self.working.commit()
+        elif self.is_initialized:
+            self.working.commit()
         self.committed = self.stored
 
     def _recent(self) -> int:
@@ -249,53 +282,23 @@ class RiftLayer(DynamicLayer):
             return cache.budget - cache.config.n_sink - self.selected.shape[-1]
         return cache.recent
 
-    def _select_from_prefill(self) -> None:
+    def _compress_prompt(self) -> None:
+        """The first compression of a policy without a store: select from the prompt's scores, drop the rest."""
         cache = self.cache
-        if self.prefill_scores is None:
-            raise RuntimeError(
-                f"Policy {cache.config.policy!r} scores the prompt with its queries, but layer {self.layer_idx} never "
-                "saw them: load the model with attn_implementation='rift' (or call "
-                "model.set_attn_implementation('rift')) after `import rift_hf`."
-            )
-        hi = min(self.seen - self._recent(), self.prefill_scores.shape[-1])
-        self.selected = self._select(self.prefill_scores[None], hi)
-
-    def _select(self, scores: torch.Tensor, hi: int) -> torch.Tensor:
-        """`scores`: `[B, H_kv, T]` -> selected positions `[H_kv, S]` among `[n_sink, hi)`."""
-        cache = self.cache
-        lo = cache.config.n_sink
-        if cache.config.policy == "rift-stat-block":
-            return select_blocks(
-                block_scores(scores, cache.config.block_size)[0],
-                cache.config.block_size,
-                lo,
-                hi,
-                cache.n_select,
-                scores.shape[1],
-            )
-        return select_tokens(scores[0], lo, hi, cache.n_select)
-
-    def _evict(self) -> None:
-        keep = keep_mask(self.positions, self.seen, self.cache.config.n_sink, self._recent(), self.selected)
-        if bool(keep.all()):
-            return
-        counts = keep.sum(-1)
-        if bool((counts != counts[0]).any()):
-            raise RuntimeError(
-                f"Internal error: heads keep different counts {counts.tolist()} in layer {self.layer_idx}."
-            )
-        index = keep.nonzero()[:, 1].view(keep.shape[0], -1)  # [H_kv, K], ascending per head
-        self._set_working_set(self.keys, self.values, index, torch.gather(self.positions, 1, index))
-
-    def _set_working_set(self, keys: torch.Tensor, values: torch.Tensor, index: torch.Tensor, positions) -> None:
-        """Keep rows `index` (`[H_kv, K]`) of `keys`/`values` (`[B, H_kv, T, D]`) as the working set."""
-        self.positions = positions.to(self.device)
+        if cache.n_select > 0:
+            if self.prefill_scores is None:
+                raise RuntimeError(
+                    f"Policy {cache.config.policy!r} scores the prompt with its queries, but layer {self.layer_idx} "
+                    "never saw them: load the model with attn_implementation='rift' (or call "
+                    "model.set_attn_implementation('rift')) after `import rift_hf`."
+                )
+            hi = min(self.seen - self._recent(), self.prefill_scores.shape[-1])
+            self.selected = cache.policy.select(self.prefill_scores[None], cache.config.n_sink, hi, cache.n_select)
+        # Until now every token is stored at its own row, so positions index the rows.
         if self.indexed:
-            return
-        index = index.to(keys.device)
-        gather = index[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
-        self.keys = torch.gather(keys, 2, gather).to(self.device)
-        self.values = torch.gather(values, 2, gather).to(self.device)
+            self._build(None, None)
+        else:
+            self._build(self.working.keys, self.working.values)
 
     def _rescore(self) -> None:
         """Re-select from the whole store with the last `w` queries, and rebuild the working set from it."""
@@ -305,17 +308,38 @@ class RiftLayer(DynamicLayer):
                 f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
                 "attn_implementation='rift' after `import rift_hf`."
             )
-        keys = self.store_keys[:, :, : self.seen].to(self.queries.device)
-        scores = snapkv_scores(self.queries, keys, self.scale, config.pool, config.pool_kernel, self.sinks)
-        recent = self._recent()
-        self.selected = self._select(scores, self.seen - recent)
-        heads, device = self.selected.shape[0], self.selected.device
-        # Sinks, selection and recent window are disjoint: seen > budget >= n_sink + recent.
-        sinks = torch.arange(config.n_sink, device=device).expand(heads, -1)
-        tail = torch.arange(self.seen - recent, self.seen, device=device).expand(heads, -1)
-        positions = torch.cat([sinks, self.selected, tail], dim=-1).sort(dim=-1).values
-        self._set_working_set(self.store_keys, self.store_values, positions, positions)
+        keys = self.store_keys.to(self.queries.device)
+        scores = self.cache.policy.score(self.queries, keys, self.scale, self.sinks)
+        self.selected = self.cache.policy.select(scores, config.n_sink, self.seen - self._recent(), self.cache.n_select)
+        self._build(None if self.indexed else self.store.keys, None if self.indexed else self.store.values)
         self.drift_reference = self.drift_summary()
+
+    def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
+        """Lay out sinks, the selection and the recent window from rows `keys`/`values` (row = position)."""
+        n_sink = self.cache.config.n_sink
+        heads, device = self.working.shape[1], self.device
+        selected = self.selected if self.selected is not None else torch.empty(heads, 0, dtype=torch.long)
+        selected = selected.to(device)
+        recent = self._recent()
+        if recent == self.cache.recent:
+            # Sinks, selection and recent window are disjoint: the selection lies in [n_sink, seen - recent).
+            sinks = torch.arange(n_sink, device=device).expand(heads, -1)
+            tail = torch.arange(self.seen - recent, self.seen, device=device).expand(heads, -1)
+            index = torch.cat([sinks, selected, tail], dim=-1)
+        else:
+            # A window widened by unused selection slots (short prompt) or growing (original SnapKV) may reach into
+            # the selection: take the union (a host sync, but only on these rare rebuilds).
+            every = torch.arange(self.seen, device=device).expand(heads, -1)
+            keep = keep_mask(every, self.seen, n_sink, recent, selected)
+            counts = keep.sum(-1)
+            if bool((counts != counts[0]).any()):
+                raise RuntimeError(f"Internal error: heads keep different counts {counts.tolist()}.")
+            index = keep.nonzero()[:, 1].view(heads, -1)
+            recent = min(recent, index.shape[-1] - n_sink)
+            selected = index[:, n_sink : index.shape[-1] - recent]
+        ring = None if self.cache.config.snapkv_grow else recent
+        self.working.build(keys, values, index, n_sink + selected.shape[-1], ring, self.HEADROOM)
+        self.compressed = True
 
 
 class RiftStateLayer(LinearAttentionLayer):
@@ -421,7 +445,8 @@ class RiftCache(Cache):
         self._first_attention = next(
             (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
         )
-        self.schedule = schedule_for(rift_config)
+        self.policy = rift_config.policy_object
+        self.schedule = self.policy.schedule()
         self.signals = Signals(alpha=rift_config.al_alpha, entropy_window=rift_config.check_interval)
         self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
         self.budget: float = float("inf")
@@ -472,6 +497,7 @@ class RiftCache(Cache):
     def _resolve_budget(self, prompt_length: int) -> None:
         self.prompt_length = prompt_length
         self.config = self.config.fitted(prompt_length)  # window / block size shrunk to a short prompt's budget
+        self.policy = self.config.policy_object
         budget = self.config.resolve_budget(prompt_length)
         self.budget = budget
         if budget != float("inf"):

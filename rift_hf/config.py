@@ -13,14 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CONFIG_NAME = "rift_config.json"
-POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
-# Policies whose selection comes from a scorer, so they need the queries the "rift" attention backend sees.
-SCORED_POLICIES = ("snapkv", "rift-stat", "rift-stat-block", "rift-dyn", "rift-ada")
-# Policies that keep the full draft KV store and re-select from it while decoding.
-STORE_POLICIES = ("rift-dyn", "rift-ada")
+from .policies import Policy, policy_class, policy_names
 
-_DEFAULT_RHO = {"swa": 1.0, "rift-stat": 0.5, "rift-stat-block": 0.5, "rift-dyn": 0.5, "rift-ada": 0.5}
+CONFIG_NAME = "rift_config.json"
+# The built-in policies, one file each under `rift_hf/policies/` (a registered policy added later is valid too).
+POLICIES = policy_names()
 
 
 @dataclass
@@ -85,8 +82,9 @@ class RiftConfig:
     track_attention_mass: bool = False
 
     def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"Unknown RIFT policy {self.policy!r}; choose one of {', '.join(POLICIES)}.")
+        if not isinstance(self.policy, str):
+            raise TypeError(f"`policy` must be a policy name such as 'rift-stat', got {self.policy!r}.")
+        policy_class(self.policy)  # raises on an unknown name
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."
@@ -144,29 +142,22 @@ class RiftConfig:
             ) from err
 
     @property
+    def policy_object(self) -> Policy:
+        """The registered policy class named by `policy`, bound to this config."""
+        return policy_class(self.policy)(self)
+
+    @property
     def is_scored(self) -> bool:
-        return self.policy in SCORED_POLICIES
+        return policy_class(self.policy).scored
 
     @property
     def keeps_store(self) -> bool:
         """Whether the full draft KV is kept (rescoring policies, or the staleness measurement)."""
-        return self.policy in STORE_POLICIES or self.track_attention_mass
+        return policy_class(self.policy).keeps_store or self.track_attention_mass
 
     def check_budget(self, budget: int) -> None:
         """Raise if `budget` tokens cannot hold the sinks and the observation window."""
-        if self.policy == "full":
-            return
-        needed = self.n_sink + (self.window if self.is_scored else 0)
-        if needed > budget:
-            raise ValueError(
-                f"The budget ({budget} tokens) is smaller than n_sink + window = {needed} for policy "
-                f"{self.policy!r}; raise `budget` or lower `window`/`n_sink`."
-            )
-        if self.policy == "rift-stat-block" and budget - self.n_sink < self.block_size:
-            raise ValueError(
-                f"rift-stat-block needs budget - n_sink >= block_size ({self.block_size}), got budget={budget}; "
-                "raise `budget` or lower `block_size`."
-            )
+        self.policy_object.check_budget(budget)
 
     def fitted(self, prompt_length: int) -> RiftConfig:
         """
@@ -174,7 +165,7 @@ class RiftConfig:
         window (or a block) on a short prompt; the window and block size then shrink to fit it (and `n_sink` to below
         it), so the defaults work on any prompt. An int budget is checked at construction and never changed.
         """
-        if self.policy == "full" or isinstance(self.budget, int):
+        if not policy_class(self.policy).compresses or isinstance(self.budget, int):
             return self
         budget = self._budget_tokens(prompt_length)
         room = max(1, budget - self.n_sink)
@@ -187,33 +178,22 @@ class RiftConfig:
     def _budget_tokens(self, prompt_length: int) -> int:
         return self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))
 
-    def resolve_budget(self, prompt_length: int) -> int:
-        """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts)."""
-        if self.policy == "full":
+    def resolve_budget(self, prompt_length: int) -> int | float:
+        """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts);
+        `math.inf` for a policy that does not compress."""
+        policy = self.policy_object
+        if not policy.compresses:
             return math.inf
         budget = self._budget_tokens(prompt_length)
-        self.check_budget(budget)
-        if self.policy == "rift-stat-block":
-            budget = self.n_sink + (budget - self.n_sink) // self.block_size * self.block_size
-        return budget
+        policy.check_budget(budget)
+        return policy.round_budget(budget)
 
     def effective_rho(self, budget: int) -> float:
-        if self.rho is not None:
-            return self.rho
-        if self.policy == "snapkv":
-            return min(1.0, self.window / budget)
-        return _DEFAULT_RHO.get(self.policy, 0.5)
+        return self.rho if self.rho is not None else self.policy_object.default_rho(budget)
 
     def recent_tokens(self, budget: int) -> int:
         """R: the size of the rolling window of most recent tokens for a resolved `budget`."""
-        if self.policy == "full":
-            return 0
-        recent = min(math.floor(self.effective_rho(budget) * budget), budget - self.n_sink)
-        if self.policy == "rift-stat-block":
-            # The selected part must be whole blocks, so the window takes the remainder.
-            selected = (budget - self.n_sink - recent) // self.block_size * self.block_size
-            recent = budget - self.n_sink - selected
-        return recent
+        return self.policy_object.recent_tokens(budget)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -270,8 +250,8 @@ def preset(name: str, **overrides: Any) -> RiftConfig:
     >>> preset("rift-dyn", budget=2048).delta
     128
     """
-    if name not in POLICIES:
-        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(POLICIES)}.")
+    if name not in policy_names():
+        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(policy_names())}.")
     return RiftConfig(policy=name, **overrides)
 
 

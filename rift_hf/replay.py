@@ -243,6 +243,12 @@ def capture_prefill(draft, record: TargetOutput, window: int) -> Prefill | None:
     None where the records would not suffice: drafters with recurrent (linear-attention, SSM, conv) states.
     `window` is the largest observation window of the policies that will use it.
     """
+    prompt = record.prompt_ids.to(draft.device)
+    return record_prompt_forward(draft, prompt, window, _padding_mask(record, prompt))
+
+
+def record_prompt_forward(draft, prompt: torch.Tensor, window: int, mask: torch.Tensor | None = None):
+    """`capture_prefill` for bare prompt ids `[1, T]` (and an optional 2-D padding mask); see `load_prefill`."""
     cache = RiftCache(draft.config, RiftConfig(policy="full"))
     if cache.state_layers:
         return None
@@ -261,17 +267,20 @@ def capture_prefill(draft, record: TargetOutput, window: int) -> Prefill | None:
             queries[layer_idx] = (query[:, :, -window:].clone(), scale, sinks)
 
         layer.observe = observe
-    prompt = record.prompt_ids.to(draft.device)
     with torch.no_grad():
-        logits = _forward(draft, prompt, 0, cache, 1, _padding_mask(record, prompt))
+        logits = _forward(draft, prompt, 0, cache, 1, mask)
     return Prefill(logits=logits, states=states, queries=queries, backend=draft.config._attn_implementation)
 
 
-def _load_prefill(cache: RiftCache, prefill: Prefill) -> None:
-    """Hand `prefill`'s records to a fresh `cache` in the order a forward would (update, then the backend's observe)."""
+def load_prefill(cache, prefill: Prefill) -> None:
+    """
+    Hand `prefill`'s records to a fresh `cache` in the order a forward would (update, then the backend's observe).
+    A `RiftCache` then holds what its own prompt forward would have left; any other `Cache` (`DynamicCache`) gets
+    the states.
+    """
     for layer_idx, (key_states, value_states) in sorted(prefill.states.items()):
         keys, _ = cache.update(key_states, value_states, layer_idx)
-        if layer_idx in prefill.queries:
+        if layer_idx in prefill.queries and isinstance(cache, RiftCache):
             cache.layers[layer_idx].observe(*prefill.queries[layer_idx][:1], keys, *prefill.queries[layer_idx][1:])
     ACTIVE_LAYER.set(None)
 
@@ -346,7 +355,7 @@ def replay(
                 cached = cache.get_seq_length()
                 mask = _padding_mask(record, sequence[:, :cur])
                 if cached == 0 and prefill is not None:
-                    _load_prefill(cache, prefill)
+                    load_prefill(cache, prefill)
                     logits = prefill.logits
                 else:
                     logits = _forward(draft, sequence[:, cached:cur], cached, cache, 1, mask)

@@ -1,5 +1,11 @@
-"""Policies: what to keep (selection), how to score (scorers) and when to refresh (schedules)."""
+"""Policies: one registered class per file (`base.Policy`), plus the scoring, selection and schedule helpers."""
 
+# isort: off
+# Importing a policy's file registers it; this order is the order `policy_names()` lists them in.
+from . import full, swa, snapkv, rift_stat, rift_stat_block, rift_dyn, rift_ada  # noqa: F401
+
+# isort: on
+from .base import Policy, policy_class, policy_names, register
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
 from .scorers import block_scores, snapkv_scores
 from .selection import keep_mask, select_blocks, select_tokens
@@ -8,11 +14,15 @@ __all__ = [
     "Adaptive",
     "Every",
     "Once",
+    "Policy",
     "Schedule",
     "Signals",
     "block_scores",
     "calibrate_thresholds",
     "keep_mask",
+    "policy_class",
+    "policy_names",
+    "register",
     "schedule_for",
     "select_blocks",
     "select_tokens",

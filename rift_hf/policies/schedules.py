@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..config import RiftConfig
+if TYPE_CHECKING:
+    from ..config import RiftConfig
 
 
 @dataclass
@@ -105,11 +107,8 @@ class Adaptive(Schedule):
 
 
 def schedule_for(config: RiftConfig) -> Schedule:
-    if config.policy == "rift-dyn":
-        return Every(config.delta)
-    if config.policy == "rift-ada":
-        return Adaptive(config)
-    return Once()
+    """The refresh schedule of `config`'s policy."""
+    return config.policy_object.schedule()
 
 
 def calibrate_thresholds(events: list[dict], min_events: int = 4) -> dict[str, float | None]:

@@ -1,0 +1,305 @@
+"""Drafter step benchmark: what one drafted token costs with each cache, plain and through the assisted loop.
+
+    python -m benchmarks.step                        # CPU, the real qwen-coder drafter (bf16), every part
+    python -m benchmarks.step --random-weights       # the same shapes, random weights (a GPU needs no checkpoint)
+    python -m benchmarks.step --dry-run              # tiny random model and lengths, so the script cannot rot
+
+Parts, all in one process so that ratios compare like with like:
+- `full`: a plain decode step with transformers' `DynamicCache` at each context length (`--contexts`);
+- `plain`: a plain decode step with each policy (`--policies`) at each input length (`--inputs`) and budget
+  (`--budgets`), commits and rescorings included (mean over `--steps` steps, so a rift-dyn run of >= delta steps
+  pays its rescorings), with the rescoring time on its own;
+- `assisted`: ms per drafted token through `generate(assistant_model=...)` (the drafter drafting for a copy of
+  itself, so every round drafts its full length), for the policies and inputs of `--assisted-*`, and transformers'
+  own assisted generation with a full drafter cache (`policy: "transformers"`);
+- `graph` (CUDA only): whether the decode step with a rift cache can be captured in a CUDA graph.
+
+Records (`policy`, `input_tokens`, `budget`, `ms_per_step`, `mode`) go to `benchmarks/results/step-<device>.json`
+as each finishes; a rerun skips the records already there (delete the file to measure afresh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import rift_hf
+from rift_hf.replay import load_prefill, record_prompt_forward
+
+TINY = {"layers": 2, "h_q": 4, "h_kv": 2, "dim": 16, "hidden": 64, "intermediate": 96, "vocab": 96}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def load_drafter(args, device, dtype):
+    """The qwen-coder drafter (real weights), or a random model of its shape (`--random-weights`/`--dry-run`)."""
+    if args.dry_run or args.random_weights:
+        from benchmarks.kernels import QWEN_05B, qwen_shaped_model
+
+        shape = TINY if args.dry_run else QWEN_05B
+        return qwen_shaped_model(shape, 2 * max(args.contexts + args.inputs), dtype, device), "random"
+    from rift_hf.models import PRESETS, load_model
+
+    model = load_model(PRESETS["qwen-coder"][1], dtype).to(device)
+    model.set_attn_implementation("rift")
+    return model, "qwen2.5-coder-0.5b-instruct"
+
+
+def prompt_ids(model, length: int, device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(length)
+    return torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device)
+
+
+def decode(model, cache, token, start: int, steps: int, device) -> list[float]:
+    """`steps` greedy decode steps after a prefill of `start` tokens; seconds per step."""
+    times = []
+    with torch.no_grad():
+        for i in range(steps):
+            _sync(device)
+            tick = time.perf_counter()
+            logits = model(
+                input_ids=token,
+                position_ids=torch.tensor([[start + i]], device=device),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+            token = logits[:, -1:].argmax(-1)
+            _sync(device)
+            times.append(time.perf_counter() - tick)
+    return times
+
+
+def policy_config(policy: str, budget: int, args) -> dict:
+    return {"policy": policy, "budget": budget, "window": args.window, "delta": args.delta}
+
+
+def run_full(model, prefill, length, args, device) -> dict:
+    """Plain step with a `DynamicCache` holding the first `length` prompt tokens."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    for layer_idx, (keys, values) in sorted(prefill.states.items()):
+        cache.update(keys[:, :, :length], values[:, :, :length], layer_idx)
+    token = prefill.logits[-1:].argmax(-1)[None]
+    times = decode(model, cache, token, length, args.steps, device)
+    return {"policy": "full", "input_tokens": length, "budget": None, "mode": "plain", **_times(times)}
+
+
+def run_policy(model, prefill, length, policy, budget, args, device) -> dict:
+    cache = rift_hf.RiftCache(model.config, policy_config(policy, budget, args))
+    with torch.no_grad():
+        load_prefill(cache, prefill)
+        cache.get_mask_sizes(1, 0)  # the first selection, as the next forward would make it
+    token = prefill.logits[-1:].argmax(-1)[None]
+    rescore_s = sum(e["seconds"] for e in cache.events)
+    times = decode(model, cache, token, length, args.steps, device)
+    decode_rescore = sum(e["seconds"] for e in cache.events) - rescore_s
+    return {
+        "policy": policy,
+        "input_tokens": length,
+        "budget": budget,
+        "mode": "plain",
+        **_times(times),
+        "rescorings": len(cache.events) - (1 if rescore_s else 0),
+        "rescore_ms_total": 1e3 * decode_rescore,
+        "rescore_share": decode_rescore / sum(times),
+        "kv_bytes": cache.kv_bytes(),
+    }
+
+
+def run_assisted(model, target, length, policy, budget, args, device) -> dict:
+    """ms per drafted token through transformers' assisted loop (the drafter's time only, from `RiftStats`)."""
+    prompt = prompt_ids(model, length, device)
+    kwargs = {"assistant_model": model, "max_new_tokens": args.assisted_tokens, "do_sample": False}
+    if policy == "transformers":
+        # transformers' own assisted generation (DynamicCache drafter): time the drafter's generate calls.
+        seconds, drafted = [], []
+        original = type(model).generate
+
+        def timed(self, *a, **k):
+            _sync(device)
+            tick = time.perf_counter()
+            out = original(self, *a, **k)
+            _sync(device)
+            seconds.append(time.perf_counter() - tick)
+            drafted.append(out.sequences.shape[1] - k["input_ids"].shape[1])
+            return out
+
+        model.generate = timed.__get__(model)
+        try:
+            with torch.no_grad():
+                target.generate(prompt, **kwargs)
+        finally:
+            del model.generate
+        # The first call holds the drafter's prefill.
+        per_token = sum(seconds[1:]) / max(1, sum(drafted[1:]))
+        return _assisted_record(policy, length, None, per_token, sum(drafted[1:]), len(seconds) - 1)
+    with torch.no_grad():
+        target.generate(prompt, cache_implementation="rift", cache_config=policy_config(policy, budget, args), **kwargs)
+    stats = rift_hf.last_stats(target)
+    rounds = stats.rounds[1:]  # the first round holds the drafter's prefill
+    drafted = sum(r["drafted"] for r in rounds)
+    per_token = sum(r["draft_seconds"] for r in rounds) / max(1, drafted)
+    return _assisted_record(policy, length, budget, per_token, drafted, len(rounds))
+
+
+def _assisted_record(policy, length, budget, per_token, drafted, rounds) -> dict:
+    return {
+        "policy": policy,
+        "input_tokens": length,
+        "budget": budget,
+        "mode": "assisted",
+        "ms_per_step": 1e3 * per_token,
+        "drafted": drafted,
+        "rounds": rounds,
+    }
+
+
+def _times(times: list[float]) -> dict:
+    return {
+        "ms_per_step": 1e3 * statistics.fmean(times),
+        "ms_median": 1e3 * statistics.median(times),
+        "steps": len(times),
+    }
+
+
+def try_graph(model, prefill, length, budget, args, device) -> dict:
+    """Capture one decode step with a rift-stat cache in a CUDA graph; report what blocks it if it fails."""
+    cache = rift_hf.RiftCache(model.config, policy_config("rift-stat", budget, args))
+    with torch.no_grad():
+        load_prefill(cache, prefill)
+        cache.get_mask_sizes(1, 0)
+        token = prefill.logits[-1:].argmax(-1)[None]
+        position = torch.tensor([[length]], device=device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                model(input_ids=token, position_ids=position, past_key_values=cache, use_cache=True)
+            return {"captured": True}
+        except Exception as err:  # report, do not stop the session
+            return {"captured": False, "error": f"{type(err).__name__}: {str(err)[:400]}"}
+
+
+def key(record: dict) -> tuple:
+    return record["mode"], record["policy"], record["input_tokens"], record["budget"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    parser.add_argument("--contexts", type=ints, default=[1024, 2048, 4096, 8192, 16384], help="full-cache contexts")
+    parser.add_argument("--inputs", type=ints, default=[4096, 8192, 16384], help="input lengths for the policies")
+    parser.add_argument("--budgets", type=ints, default=[1024, 2048], help="budgets in tokens")
+    parser.add_argument("--policies", default="swa,snapkv,rift-stat,rift-dyn,rift-ada", help="comma-separated")
+    parser.add_argument("--steps", type=int, default=160, help="decode steps timed per record (>= delta)")
+    parser.add_argument("--window", type=int, default=64, help="observation window")
+    parser.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval")
+    parser.add_argument("--assisted-inputs", type=ints, default=[4096, 8192], help="input lengths, assisted part")
+    parser.add_argument("--assisted-policies", default="full,rift-stat,rift-dyn,transformers", help="assisted part")
+    parser.add_argument("--assisted-budget", type=int, default=1024, help="budget of the assisted part")
+    parser.add_argument("--assisted-tokens", type=int, default=96, help="new tokens per assisted run")
+    parser.add_argument("--parts", default="full,plain,assisted,graph", help="which parts to run")
+    parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
+    parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
+    parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        args.contexts, args.inputs, args.budgets, args.assisted_inputs = [64, 128], [128], [48], [96]
+        args.steps, args.window, args.delta, args.assisted_tokens, args.assisted_budget = 6, 8, 4, 8, 48
+    parts = set(args.parts.split(","))
+    device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
+    dtype = torch.float32 if args.dry_run else torch.bfloat16
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    tag = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+    path = args.out or Path("benchmarks/results") / f"step-{'dry-run' if args.dry_run else tag}.json"
+    result = json.loads(path.read_text()) if path.exists() else {"records": []}
+    done = {key(r) for r in result["records"]}
+    model, weights = load_drafter(args, device, dtype)
+    result.update(
+        {
+            "device": name,
+            "dtype": str(dtype).split(".")[-1],
+            "threads": torch.get_num_threads(),
+            "date": datetime.date.today().isoformat(),
+            "weights": weights,
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+            "window": args.window,
+            "delta": args.delta,
+            "command": "python -m benchmarks.step " + " ".join(argv if argv is not None else os.sys.argv[1:]),
+        }
+    )
+
+    def save(record: dict) -> None:
+        result["records"].append(record)
+        done.add(key(record))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        tqdm.write(
+            f"{record['mode']:8} {record['policy']:12} {record['input_tokens']:6} {record['budget']}: "
+            f"{record['ms_per_step']:.2f} ms/step"
+        )
+
+    policies = [p for p in args.policies.split(",") if p]
+    # One prompt forward per input length, shared by every cache of that length; each full-cache context reads the
+    # first tokens of the shortest prefill that covers it (a causal model's states do not depend on later tokens).
+    plain_lengths = args.inputs if "plain" in parts else []
+    full_contexts = args.contexts if "full" in parts else []
+    lengths = sorted(set(plain_lengths) | ({max(full_contexts)} if full_contexts else set()))
+    for length in tqdm(lengths, desc="prefills"):
+        shorter = [x for x in lengths if x < length]
+        todo_full = [
+            c
+            for c in full_contexts
+            if ("plain", "full", c, None) not in done and c <= length and not any(c <= x for x in shorter)
+        ]
+        todo = [
+            (p, b)
+            for p in policies
+            for b in args.budgets
+            if length in plain_lengths and b < length and ("plain", p, length, b) not in done
+        ]
+        if not todo_full and not todo:
+            continue
+        prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)
+        for context in todo_full:
+            save(run_full(model, prefill, context, args, device))
+        for policy, budget in todo:
+            save(run_policy(model, prefill, length, policy, budget, args, device))
+        del prefill
+    if "assisted" in parts:
+        target = None
+        for length in args.assisted_inputs:
+            for policy in args.assisted_policies.split(","):
+                if ("assisted", policy, length, None if policy == "transformers" else args.assisted_budget) in done:
+                    continue
+                if target is None:
+                    target, _ = load_drafter(args, device, dtype)
+                    if weights == "random":
+                        target.load_state_dict(model.state_dict())  # the drafter's copy: every draft is accepted
+                budget = None if policy == "transformers" else args.assisted_budget
+                save(run_assisted(model, target, length, policy, budget, args, device))
+    if "graph" in parts and device.type == "cuda":
+        length = args.inputs[0]
+        prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)
+        result["cuda_graph"] = try_graph(model, prefill, length, args.budgets[0], args, device)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

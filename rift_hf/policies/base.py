@@ -1,0 +1,105 @@
+"""A policy is a small registered class: what it scores with, how it selects, when it refreshes.
+
+`RiftConfig.policy` names one; `RiftConfig.policy_object` is an instance bound to that config. The cache asks the
+policy, never a policy name, so a new policy is one file with a `@register` class (plus its import in
+`rift_hf/policies/__init__.py`). Storage is not a policy's business (`rift_hf.storage`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from .schedules import Once, Schedule
+from .scorers import snapkv_scores
+from .selection import select_tokens
+
+if TYPE_CHECKING:
+    from ..config import RiftConfig
+
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make `cls` available as `RiftConfig(policy=cls.name)`."""
+    if not getattr(cls, "name", None):
+        raise TypeError(f"{cls.__name__} needs a `name` class attribute to be registered as a policy.")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"A policy named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__}).")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def policy_names() -> tuple[str, ...]:
+    """Names of every registered policy, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def policy_class(name: str) -> type[Policy]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"Unknown RIFT policy {name!r}; choose one of {', '.join(_REGISTRY)}.") from None
+
+
+class Policy:
+    """
+    What a compressed full-attention layer keeps: `n_sink` first tokens, a rolling window of the most recent tokens
+    (`recent_tokens`), and a selection of older ones chosen by `select` from `score`.
+
+    Class attributes:
+        name: the `RiftConfig.policy` string.
+        compresses: `False` only for the uncompressed baseline.
+        scored: the selection comes from queries, so the drafter needs the "rift" attention backend.
+        keeps_store: the full KV store is kept so the selection can be refreshed from every token; the first
+            selection is then also made from the store (right after the prompt that is SnapKV on the prompt).
+        rho: default share of the budget given to the recent window.
+    """
+
+    name: ClassVar[str] = ""
+    compresses: ClassVar[bool] = True
+    scored: ClassVar[bool] = True
+    keeps_store: ClassVar[bool] = False
+    rho: ClassVar[float] = 0.5
+
+    def __init__(self, config: RiftConfig):
+        self.config = config
+
+    # Budget layout ---------------------------------------------------------------------------------------------
+    def default_rho(self, budget: int) -> float:
+        return self.rho
+
+    def round_budget(self, budget: int) -> int:
+        """The budget actually used for a requested one (a block policy rounds to whole blocks)."""
+        return budget
+
+    def recent_tokens(self, budget: int) -> int:
+        """Size of the rolling recent window for a resolved `budget`."""
+        rho = self.config.rho if self.config.rho is not None else self.default_rho(budget)
+        return min(math.floor(rho * budget), budget - self.config.n_sink)
+
+    def check_budget(self, budget: int) -> None:
+        """Raise if `budget` tokens cannot hold what the policy always keeps."""
+        needed = self.config.n_sink + (self.config.window if self.scored else 0)
+        if needed > budget:
+            raise ValueError(
+                f"The budget ({budget} tokens) is smaller than n_sink + window = {needed} for policy "
+                f"{self.name!r}; raise `budget` or lower `window`/`n_sink`."
+            )
+
+    # Scoring and selection -------------------------------------------------------------------------------------
+    def score(self, query: torch.Tensor, keys: torch.Tensor, scale: float, sinks: torch.Tensor | None):
+        """`[B, H_kv, T]` importance of each key position from the latest queries `[B, H_q, W, D]`."""
+        config = self.config
+        return snapkv_scores(query, keys, scale, config.pool, config.pool_kernel, sinks)
+
+    def select(self, scores: torch.Tensor, lo: int, hi: int, count: int) -> torch.Tensor:
+        """`scores` `[B, H_kv, T]` -> up to `count` positions per KV head among `[lo, hi)`, `[H_kv, S]` ascending."""
+        return select_tokens(scores[0], lo, hi, count)
+
+    # Refresh ---------------------------------------------------------------------------------------------------
+    def schedule(self) -> Schedule:
+        """When the selection is refreshed from the store (only meaningful with `keeps_store`)."""
+        return Once()

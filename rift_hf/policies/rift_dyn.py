@@ -1,0 +1,15 @@
+"""rift-dyn: keeps the full store and re-selects from every token with the last `window` queries every `delta`."""
+
+from __future__ import annotations
+
+from .base import Policy, register
+from .schedules import Every
+
+
+@register
+class RiftDynamic(Policy):
+    name = "rift-dyn"
+    keeps_store = True
+
+    def schedule(self):
+        return Every(self.config.delta)

@@ -1,0 +1,14 @@
+"""snapkv: one selection of the prompt by its last `window` queries (SnapKV); the window then slides."""
+
+from __future__ import annotations
+
+from .base import Policy, register
+
+
+@register
+class SnapKV(Policy):
+    name = "snapkv"
+
+    def default_rho(self, budget: int) -> float:
+        # The recent part is the observation window itself.
+        return min(1.0, self.config.window / budget)
