@@ -63,11 +63,14 @@ def prompt_ids(model, length: int, device) -> torch.Tensor:
     return torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device)
 
 
-def decode(model, cache, token, start: int, steps: int, device) -> list[float]:
-    """`steps` greedy decode steps after a prefill of `start` tokens; seconds per step."""
+def decode(model, cache, token, start: int, steps: int, device, between=None) -> list[float]:
+    """`steps` greedy decode steps after a prefill of `start` tokens; seconds per step (`between()` runs after each
+    step, untimed)."""
     times = []
     with torch.no_grad():
         for i in range(steps):
+            if between is not None and i:
+                between()
             _sync(device)
             tick = time.perf_counter()
             logits = model(
@@ -80,6 +83,25 @@ def decode(model, cache, token, start: int, steps: int, device) -> list[float]:
             _sync(device)
             times.append(time.perf_counter() - tick)
     return times
+
+
+class Baseline:
+    """A plain full-cache decode step at a fixed context (`--baseline-context`), timed between the steps of every
+    record, so each record carries its own side-by-side ratio (immune to load that drifts during a long run)."""
+
+    def __init__(self, model, prefill, context: int, device):
+        from transformers import DynamicCache
+
+        self.model, self.context, self.device = model, context, device
+        self.cache = DynamicCache(config=model.config)
+        for layer_idx, (keys, values) in sorted(prefill.states.items()):
+            self.cache.update(keys[:, :, :context], values[:, :, :context], layer_idx)
+        self.token = prefill.logits[-1:].argmax(-1)[None]
+
+    def step(self) -> float:
+        times = decode(self.model, self.cache, self.token, self.context, 1, self.device)
+        self.cache.crop(self.context - self.cache.get_seq_length())  # every baseline step attends `context` entries
+        return times[0]
 
 
 def policy_config(policy: str, budget: int, args) -> dict:
@@ -98,14 +120,15 @@ def run_full(model, prefill, length, args, device) -> dict:
     return {"policy": "full", "input_tokens": length, "budget": None, "mode": "plain", **_times(times)}
 
 
-def run_policy(model, prefill, length, policy, budget, args, device) -> dict:
+def run_policy(model, prefill, length, policy, budget, args, device, baseline: Baseline) -> dict:
     cache = rift_hf.RiftCache(model.config, policy_config(policy, budget, args))
     with torch.no_grad():
         load_prefill(cache, prefill)
         cache.get_mask_sizes(1, 0)  # the first selection, as the next forward would make it
     token = prefill.logits[-1:].argmax(-1)[None]
     rescore_s = sum(e["seconds"] for e in cache.events)
-    times = decode(model, cache, token, length, args.steps, device)
+    base = []
+    times = decode(model, cache, token, length, args.steps, device, between=lambda: base.append(baseline.step()))
     decode_rescore = sum(e["seconds"] for e in cache.events) - rescore_s
     return {
         "policy": policy,
@@ -113,6 +136,7 @@ def run_policy(model, prefill, length, policy, budget, args, device) -> dict:
         "budget": budget,
         "mode": "plain",
         **_times(times),
+        **_baseline(base, times, baseline),
         "rescorings": len(cache.events) - (1 if rescore_s else 0),
         "rescore_ms_total": 1e3 * decode_rescore,
         "rescore_share": decode_rescore / sum(times),
@@ -120,40 +144,93 @@ def run_policy(model, prefill, length, policy, budget, args, device) -> dict:
     }
 
 
-def run_assisted(model, target, length, policy, budget, args, device) -> dict:
-    """ms per drafted token through transformers' assisted loop (the drafter's time only, from `RiftStats`)."""
+def run_assisted(model, target, length, policy, budget, args, device, baseline: Baseline) -> dict:
+    """ms per drafted token through transformers' assisted loop (the drafter's time only), with the baseline step
+    timed just before and just after the run."""
+    base = [baseline.step() for _ in range(args.baseline_steps)]
+    record = _run_assisted(model, target, length, policy, budget, args, device)
+    base += [baseline.step() for _ in range(args.baseline_steps)]
+    record.update(_baseline(base, [record["ms_per_step"] / 1e3], baseline))
+    return record
+
+
+class ForwardClock:
+    """Times the drafter's forward calls (hooks), so a round's time splits into forwards and the loop around them."""
+
+    def __init__(self, model, device):
+        self.device, self.seconds, self._tick = device, [], None
+        self.handles = [
+            model.register_forward_pre_hook(self._start),
+            model.register_forward_hook(self._stop),
+        ]
+
+    def _start(self, *_):
+        _sync(self.device)
+        self._tick = time.perf_counter()
+
+    def _stop(self, *_):
+        _sync(self.device)
+        self.seconds.append(time.perf_counter() - self._tick)
+
+    def close(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def _run_assisted(model, target, length, policy, budget, args, device) -> dict:
     prompt = prompt_ids(model, length, device)
     kwargs = {"assistant_model": model, "max_new_tokens": args.assisted_tokens, "do_sample": False}
-    if policy == "transformers":
-        # transformers' own assisted generation (DynamicCache drafter): time the drafter's generate calls.
-        seconds, drafted = [], []
-        original = type(model).generate
-
-        def timed(self, *a, **k):
-            _sync(device)
-            tick = time.perf_counter()
-            out = original(self, *a, **k)
-            _sync(device)
-            seconds.append(time.perf_counter() - tick)
-            drafted.append(out.sequences.shape[1] - k["input_ids"].shape[1])
-            return out
-
-        model.generate = timed.__get__(model)
-        try:
+    # A random prompt may end at once on EOS: generate without one (min_new_tokens would add logits processors
+    # whose cost, ~2 ms per drafted token on this vocabulary, is not the loop's).
+    eos = target.generation_config.eos_token_id, model.generation_config.eos_token_id
+    target.generation_config.eos_token_id = model.generation_config.eos_token_id = None
+    clock = ForwardClock(model, device)
+    try:
+        if policy == "transformers":
+            per_token, drafted, rounds, first = _transformers_assisted(model, target, prompt, kwargs, device)
+        else:
             with torch.no_grad():
-                target.generate(prompt, **kwargs)
-        finally:
-            del model.generate
-        # The first call holds the drafter's prefill.
-        per_token = sum(seconds[1:]) / max(1, sum(drafted[1:]))
-        return _assisted_record(policy, length, None, per_token, sum(drafted[1:]), len(seconds) - 1)
-    with torch.no_grad():
-        target.generate(prompt, cache_implementation="rift", cache_config=policy_config(policy, budget, args), **kwargs)
-    stats = rift_hf.last_stats(target)
-    rounds = stats.rounds[1:]  # the first round holds the drafter's prefill
-    drafted = sum(r["drafted"] for r in rounds)
-    per_token = sum(r["draft_seconds"] for r in rounds) / max(1, drafted)
-    return _assisted_record(policy, length, budget, per_token, drafted, len(rounds))
+                target.generate(
+                    prompt, cache_implementation="rift", cache_config=policy_config(policy, budget, args), **kwargs
+                )
+            stats = rift_hf.last_stats(target)
+            first = stats.rounds[0]["drafted"]
+            rest = stats.rounds[1:]  # the first round holds the drafter's prefill
+            drafted = sum(r["drafted"] for r in rest)
+            per_token = sum(r["draft_seconds"] for r in rest) / max(1, drafted)
+            rounds = len(rest)
+    finally:
+        clock.close()
+        target.generation_config.eos_token_id, model.generation_config.eos_token_id = eos
+    record = _assisted_record(policy, length, budget, per_token, drafted, rounds)
+    # Share of the drafting time spent outside the drafter's forward calls (generate's loop, processors, commits).
+    forwards = sum(clock.seconds[first:])
+    record["loop_share"] = 1 - forwards / (per_token * drafted) if drafted else None
+    return record
+
+
+def _transformers_assisted(model, target, prompt, kwargs, device):
+    """transformers' own assisted generation (DynamicCache drafter): time the drafter's generate calls."""
+    seconds, drafted = [], []
+    original = type(model).generate
+
+    def timed(self, *a, **k):
+        _sync(device)
+        tick = time.perf_counter()
+        out = original(self, *a, **k)
+        _sync(device)
+        seconds.append(time.perf_counter() - tick)
+        drafted.append(out.sequences.shape[1] - k["input_ids"].shape[1])
+        return out
+
+    model.generate = timed.__get__(model)
+    try:
+        with torch.no_grad():
+            target.generate(prompt, **kwargs)
+    finally:
+        del model.generate
+    # The first call holds the drafter's prefill.
+    return sum(seconds[1:]) / max(1, sum(drafted[1:])), sum(drafted[1:]), len(seconds) - 1, drafted[0]
 
 
 def _assisted_record(policy, length, budget, per_token, drafted, rounds) -> dict:
@@ -165,6 +242,15 @@ def _assisted_record(policy, length, budget, per_token, drafted, rounds) -> dict
         "ms_per_step": 1e3 * per_token,
         "drafted": drafted,
         "rounds": rounds,
+    }
+
+
+def _baseline(base: list[float], times: list[float], baseline: Baseline) -> dict:
+    """The interleaved full-cache steps and the record's ratio to them (mean over mean)."""
+    return {
+        "baseline_context": baseline.context,
+        "baseline_ms": 1e3 * statistics.fmean(base),
+        "ratio_to_baseline": statistics.fmean(times) / statistics.fmean(base),
     }
 
 
@@ -214,6 +300,9 @@ def main(argv=None) -> None:
     parser.add_argument("--assisted-budget", type=int, default=1024, help="budget of the assisted part")
     parser.add_argument("--assisted-tokens", type=int, default=96, help="new tokens per assisted run")
     parser.add_argument("--parts", default="full,plain,assisted,graph", help="which parts to run")
+    parser.add_argument("--gamma", type=int, default=8, help="drafted tokens per round (constant), assisted part")
+    parser.add_argument("--baseline-context", type=int, default=1024, help="context of the interleaved full step")
+    parser.add_argument("--baseline-steps", type=int, default=12, help="baseline steps before and after each run")
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
     parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
@@ -221,6 +310,7 @@ def main(argv=None) -> None:
     if args.dry_run:
         args.contexts, args.inputs, args.budgets, args.assisted_inputs = [64, 128], [128], [48], [96]
         args.steps, args.window, args.delta, args.assisted_tokens, args.assisted_budget = 6, 8, 4, 8, 48
+        args.baseline_context, args.baseline_steps, args.gamma = 64, 2, 3
     parts = set(args.parts.split(","))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
     dtype = torch.float32 if args.dry_run else torch.bfloat16
@@ -230,6 +320,12 @@ def main(argv=None) -> None:
     result = json.loads(path.read_text()) if path.exists() else {"records": []}
     done = {key(r) for r in result["records"]}
     model, weights = load_drafter(args, device, dtype)
+    baseline = Baseline(
+        model,
+        record_prompt_forward(model, prompt_ids(model, args.baseline_context, device), args.window),
+        args.baseline_context,
+        device,
+    )
     result.update(
         {
             "device": name,
@@ -240,6 +336,7 @@ def main(argv=None) -> None:
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "window": args.window,
             "delta": args.delta,
+            "gamma": args.gamma,
             "command": "python -m benchmarks.step " + " ".join(argv if argv is not None else os.sys.argv[1:]),
         }
     )
@@ -249,9 +346,10 @@ def main(argv=None) -> None:
         done.add(key(record))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
+        ratio = record.get("ratio_to_baseline")
         tqdm.write(
             f"{record['mode']:8} {record['policy']:12} {record['input_tokens']:6} {record['budget']}: "
-            f"{record['ms_per_step']:.2f} ms/step"
+            f"{record['ms_per_step']:.2f} ms/step" + (f", {ratio:.3f}x the interleaved full step" if ratio else "")
         )
 
     policies = [p for p in args.policies.split(",") if p]
@@ -279,7 +377,7 @@ def main(argv=None) -> None:
         for context in todo_full:
             save(run_full(model, prefill, context, args, device))
         for policy, budget in todo:
-            save(run_policy(model, prefill, length, policy, budget, args, device))
+            save(run_policy(model, prefill, length, policy, budget, args, device, baseline))
         del prefill
     if "assisted" in parts:
         target = None
@@ -288,11 +386,14 @@ def main(argv=None) -> None:
                 if ("assisted", policy, length, None if policy == "transformers" else args.assisted_budget) in done:
                     continue
                 if target is None:
+                    from rift_hf.models import fix_draft_length
+
                     target, _ = load_drafter(args, device, dtype)
                     if weights == "random":
-                        target.load_state_dict(model.state_dict())  # the drafter's copy: every draft is accepted
+                        target.load_state_dict(model.state_dict())  # the drafter's copy: (nearly) every draft accepted
+                    fix_draft_length(model, target, gamma=args.gamma)
                 budget = None if policy == "transformers" else args.assisted_budget
-                save(run_assisted(model, target, length, policy, budget, args, device))
+                save(run_assisted(model, target, length, policy, budget, args, device, baseline))
     if "graph" in parts and device.type == "cuda":
         length = args.inputs[0]
         prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)

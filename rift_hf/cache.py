@@ -131,8 +131,7 @@ class RiftLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         q = key_states.shape[-2]
-        new_positions = torch.arange(self.seen, self.seen + q, device=self.device)
-        self.working.append(key_states, value_states, new_positions.expand(self.working.shape[1], -1))
+        self.working.append(key_states, value_states, self.seen)
         if self.store is not None:
             self.store.append(key_states, value_states)
         self.seen += q

@@ -52,16 +52,24 @@ class Rows:
             setattr(self, name, new)
         self.capacity = capacity
 
-    def append(self, keys: torch.Tensor | None, values: torch.Tensor | None, positions: torch.Tensor | None = None):
-        """Write `q` rows after the used ones (`keys`/`values`: `[B, H, q, D]`, `positions`: `[H, q]`)."""
-        q = (keys if keys is not None else positions).shape[-2 if keys is not None else -1]
+    def append(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor | int | None = None):
+        """
+        Write `q` rows after the used ones (`keys`/`values`: `[B, H, q, D]`; `positions`: `[H, q]`, or an int, the
+        first of `q` consecutive positions).
+        """
+        q = keys.shape[-2]
         self.reserve(self.length + q)
         end = self.length + q
         if self.keys is not None:
             self.keys[:, :, self.length : end].copy_(keys)
             self.values[:, :, self.length : end].copy_(values)
         if self.positions is not None:
-            self.positions[:, self.length : end].copy_(positions)
+            if not isinstance(positions, int):
+                self.positions[:, self.length : end].copy_(positions)
+            elif q == 1:
+                self.positions[:, self.length].fill_(positions)
+            else:
+                self.positions[:, self.length : end].copy_(torch.arange(positions, positions + q, device=self.device))
         self.length = end
 
     def move(self, source: int, target: int, count: int) -> None:
