@@ -47,7 +47,8 @@ PARTS=${PARTS:-window_scores indexed_attention rescore_share drafter_step}
 timeout ${KERNELS_LIMIT:-300} $PY -m benchmarks.kernels --out "$OUT" --parts $PARTS 2>&1 | tee "$OUT/kernels.log"
 echo "benchmarks.kernels exit: ${PIPESTATUS[0]}" | tee -a "$OUT/kernels.log"
 
-timeout ${STEP_LIMIT:-240} $PY -m benchmarks.step --random-weights --out "$OUT/step-gpu.json" \
-    --contexts 1024,2048,4096,8192,16384,32768 --inputs 4096,16384,32768 --assisted-inputs 4096,16384 \
+timeout ${STEP_LIMIT:-240} $PY -m benchmarks.step --random-weights --out "$OUT/step-gpu.json" --steps 130 \
+    --contexts 1024,2048,4096,8192,16384,32768 --inputs 4096,16384,32768 --policies swa,rift-stat,rift-dyn \
+    --assisted-inputs 4096,16384 \
     2>&1 | tee "$OUT/step.log"
 echo "benchmarks.step exit: ${PIPESTATUS[0]}" | tee -a "$OUT/step.log"

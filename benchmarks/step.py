@@ -379,6 +379,11 @@ def main(argv=None) -> None:
         for policy, budget in todo:
             save(run_policy(model, prefill, length, policy, budget, args, device, baseline))
         del prefill
+    if "graph" in parts and device.type == "cuda":
+        length = args.inputs[0]
+        prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)
+        result["cuda_graph"] = try_graph(model, prefill, length, args.budgets[0], args, device)
+        path.write_text(json.dumps(result, indent=2) + "\n")
     if "assisted" in parts:
         target = None
         for length in args.assisted_inputs:
@@ -394,11 +399,6 @@ def main(argv=None) -> None:
                     fix_draft_length(model, target, gamma=args.gamma)
                 budget = None if policy == "transformers" else args.assisted_budget
                 save(run_assisted(model, target, length, policy, budget, args, device, baseline))
-    if "graph" in parts and device.type == "cuda":
-        length = args.inputs[0]
-        prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)
-        result["cuda_graph"] = try_graph(model, prefill, length, args.budgets[0], args, device)
-        path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
 
 
