@@ -26,6 +26,12 @@ PY=${PYTHON:-python3}
 
 if compgen -G ".whl/*.whl" >/dev/null; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    # Their dependencies (.whl/deps) only when the image's own versions do not satisfy them.
+    if compgen -G ".whl/deps/*.whl" >/dev/null && ! PYTHONPATH=/tmp/site $PY -c "import transformers.generation" 2>/dev/null
+    then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/deps/*.whl
+    fi
 fi
 [ -e rift_hf/kernels ] || ln -s ../kernels rift_hf/kernels
 [ -e rift_hf/demo ] || ln -s ../demo rift_hf/demo

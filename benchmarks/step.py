@@ -303,6 +303,11 @@ def main(argv=None) -> None:
     parser.add_argument("--gamma", type=int, default=8, help="drafted tokens per round (constant), assisted part")
     parser.add_argument("--baseline-context", type=int, default=1024, help="context of the interleaved full step")
     parser.add_argument("--baseline-steps", type=int, default=12, help="baseline steps before and after each run")
+    parser.add_argument(
+        "--sdpa-backends",
+        help="restrict torch's SDPA to these backends (comma-separated: flash, efficient, cudnn, math), e.g. to see "
+        "what a backend that plans per shape costs a cache whose length changes every step",
+    )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
     parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
@@ -319,6 +324,13 @@ def main(argv=None) -> None:
     path = args.out or Path("benchmarks/results") / f"step-{'dry-run' if args.dry_run else tag}.json"
     result = json.loads(path.read_text()) if path.exists() else {"records": []}
     done = {key(r) for r in result["records"]}
+    if args.sdpa_backends:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+        backends = [getattr(SDPBackend, names.get(n, n.upper())) for n in args.sdpa_backends.split(",")]
+        args.sdpa_guard = sdpa_kernel(backends)  # kept: a discarded context manager restores the backends
+        args.sdpa_guard.__enter__()  # for the whole process
     model, weights = load_drafter(args, device, dtype)
     baseline = Baseline(
         model,
@@ -337,6 +349,7 @@ def main(argv=None) -> None:
             "window": args.window,
             "delta": args.delta,
             "gamma": args.gamma,
+            "sdpa_backends": args.sdpa_backends or "torch default",
             "command": "python -m benchmarks.step " + " ".join(argv if argv is not None else os.sys.argv[1:]),
         }
     )
