@@ -145,39 +145,41 @@ def run_policy(model, prefill, length, policy, budget, args, device, baseline: B
 
 
 def run_assisted(model, target, length, policy, budget, args, device, baseline: Baseline) -> dict:
-    """ms per drafted token through transformers' assisted loop (the drafter's time only), with the baseline step
-    timed just before and just after the run."""
-    base = [baseline.step() for _ in range(args.baseline_steps)]
-    record = _run_assisted(model, target, length, policy, budget, args, device)
-    base += [baseline.step() for _ in range(args.baseline_steps)]
+    """ms per drafted token through transformers' assisted loop (the drafter's time only), with a baseline step timed
+    before every verification of the target, so baseline and drafting share the same stretch of time."""
+    base = []
+    record = _run_assisted(model, target, length, policy, budget, args, device, lambda: base.append(baseline.step()))
     record.update(_baseline(base, [record["ms_per_step"] / 1e3], baseline))
     return record
 
 
 class ForwardClock:
-    """Times the drafter's forward calls (hooks), so a round's time splits into forwards and the loop around them."""
+    """Times the drafter's forward calls (hooks), so a round's time splits into forwards and the loop around them;
+    `paused` leaves out forwards that are not drafting (the interleaved baseline steps)."""
 
     def __init__(self, model, device):
-        self.device, self.seconds, self._tick = device, [], None
+        self.device, self.seconds, self._tick, self.paused = device, [], None, False
         self.handles = [
             model.register_forward_pre_hook(self._start),
             model.register_forward_hook(self._stop),
         ]
 
     def _start(self, *_):
-        _sync(self.device)
-        self._tick = time.perf_counter()
+        if not self.paused:
+            _sync(self.device)
+            self._tick = time.perf_counter()
 
     def _stop(self, *_):
-        _sync(self.device)
-        self.seconds.append(time.perf_counter() - self._tick)
+        if not self.paused:
+            _sync(self.device)
+            self.seconds.append(time.perf_counter() - self._tick)
 
     def close(self):
         for handle in self.handles:
             handle.remove()
 
 
-def _run_assisted(model, target, length, policy, budget, args, device) -> dict:
+def _run_assisted(model, target, length, policy, budget, args, device, between) -> dict:
     prompt = prompt_ids(model, length, device)
     kwargs = {"assistant_model": model, "max_new_tokens": args.assisted_tokens, "do_sample": False}
     # A random prompt may end at once on EOS: generate without one (min_new_tokens would add logits processors
@@ -185,6 +187,16 @@ def _run_assisted(model, target, length, policy, budget, args, device) -> dict:
     eos = target.generation_config.eos_token_id, model.generation_config.eos_token_id
     target.generation_config.eos_token_id = model.generation_config.eos_token_id = None
     clock = ForwardClock(model, device)
+
+    def interleave(*_):  # before each verification (the target's forward), outside the drafter's timed rounds
+        if target_forwards[0]:  # not before the target's prefill
+            clock.paused = True
+            between()
+            clock.paused = False
+        target_forwards[0] += 1
+
+    target_forwards = [0]
+    handle = target.register_forward_pre_hook(interleave)
     try:
         if policy == "transformers":
             per_token, drafted, rounds, first = _transformers_assisted(model, target, prompt, kwargs, device)
@@ -201,6 +213,7 @@ def _run_assisted(model, target, length, policy, budget, args, device) -> dict:
             rounds = len(rest)
     finally:
         clock.close()
+        handle.remove()
         target.generation_config.eos_token_id, model.generation_config.eos_token_id = eos
     record = _assisted_record(policy, length, budget, per_token, drafted, rounds)
     # Share of the drafting time spent outside the drafter's forward calls (generate's loop, processors, commits).
@@ -279,6 +292,57 @@ def try_graph(model, prefill, length, budget, args, device) -> dict:
             return {"captured": False, "error": f"{type(err).__name__}: {str(err)[:400]}"}
 
 
+def markdown(result: dict) -> str:
+    """The step result as markdown: plain steps per policy, then the assisted loop, each with its interleaved ratio."""
+    head = (
+        f"{result['weights']} drafter, {result['dtype']}, {result['device']} ({result['machine']}, "
+        f"{result['threads']} threads), SDPA {result.get('sdpa_backends', 'torch default')}, {result['date']}; "
+        f"window {result['window']}, delta {result['delta']} (`python -m benchmarks.step`). Ratio: against a "
+        "full-cache step at 1K context timed between the record's own steps (plain) or between its rounds (assisted)."
+    )
+    records = result["records"]
+    lines = [head, ""]
+    full = [r for r in records if r["mode"] == "plain" and r["policy"] == "full"]
+    if full:
+        lines += [
+            "Full cache, plain step (not interleaved): "
+            + ", ".join(
+                f"{r['input_tokens']} ctx {r['ms_per_step']:.1f} ms"
+                for r in sorted(full, key=lambda r: r["input_tokens"])
+            )
+            + ".",
+            "",
+        ]
+    plain = [r for r in records if r["mode"] == "plain" and r["policy"] != "full"]
+    if plain:
+        lines += [
+            "| policy | input | budget | ms/step | x full step at 1K | rescorings | rescoring share |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in sorted(plain, key=lambda r: (r["policy"], r["input_tokens"], r["budget"])):
+            lines.append(
+                f"| {r['policy']} | {r['input_tokens']} | {r['budget']} | {r['ms_per_step']:.1f} | "
+                f"{r['ratio_to_baseline']:.3f} | {r['rescorings']} | {100 * r['rescore_share']:.2f}% |"
+            )
+        lines.append("")
+    assisted = [r for r in records if r["mode"] == "assisted"]
+    if assisted:
+        lines += [
+            "Through the assisted loop (ms per drafted token, drafter only; loop: time outside its forwards):",
+            "",
+            "| cache | input | budget | ms/drafted token | x full step at 1K | loop share | drafted |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in assisted:
+            loop = "-" if r.get("loop_share") is None else f"{100 * r['loop_share']:.1f}%"
+            lines.append(
+                f"| {r['policy']} | {r['input_tokens']} | {r['budget'] or '-'} | {r['ms_per_step']:.1f} | "
+                f"{r['ratio_to_baseline']:.3f} | {loop} | {r['drafted']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def key(record: dict) -> tuple:
     return record["mode"], record["policy"], record["input_tokens"], record["budget"]
 
@@ -298,11 +362,12 @@ def main(argv=None) -> None:
     parser.add_argument("--assisted-inputs", type=ints, default=[4096, 8192], help="input lengths, assisted part")
     parser.add_argument("--assisted-policies", default="full,rift-stat,rift-dyn,transformers", help="assisted part")
     parser.add_argument("--assisted-budget", type=int, default=1024, help="budget of the assisted part")
-    parser.add_argument("--assisted-tokens", type=int, default=96, help="new tokens per assisted run")
+    parser.add_argument(
+        "--assisted-tokens", type=int, default=160, help="new tokens per assisted run (> delta, so rift-dyn rescores)"
+    )
     parser.add_argument("--parts", default="full,plain,assisted,graph", help="which parts to run")
     parser.add_argument("--gamma", type=int, default=8, help="drafted tokens per round (constant), assisted part")
     parser.add_argument("--baseline-context", type=int, default=1024, help="context of the interleaved full step")
-    parser.add_argument("--baseline-steps", type=int, default=12, help="baseline steps before and after each run")
     parser.add_argument(
         "--sdpa-backends",
         help="restrict torch's SDPA to these backends (comma-separated: flash, efficient, cudnn, math), e.g. to see "
@@ -311,11 +376,22 @@ def main(argv=None) -> None:
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
     parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
+    parser.add_argument("--table", type=Path, help="print an existing result file as markdown, measure nothing")
+    parser.add_argument("--readme", type=Path, help="with --table: also write it into this file's block")
+    parser.add_argument("--block", default="step-cpu", help="with --readme: the <!-- NAME:start --> block to fill")
     args = parser.parse_args(argv)
+    if args.table:
+        from rift_hf.cli import write_into_readme
+
+        text = markdown(json.loads(args.table.read_text()))
+        print(text)
+        if args.readme:
+            write_into_readme(text, args.readme, args.block)
+        return
     if args.dry_run:
         args.contexts, args.inputs, args.budgets, args.assisted_inputs = [64, 128], [128], [48], [96]
         args.steps, args.window, args.delta, args.assisted_tokens, args.assisted_budget = 6, 8, 4, 8, 48
-        args.baseline_context, args.baseline_steps, args.gamma = 64, 2, 3
+        args.baseline_context, args.gamma = 64, 3
     parts = set(args.parts.split(","))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
     dtype = torch.float32 if args.dry_run else torch.bfloat16

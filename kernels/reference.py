@@ -29,16 +29,19 @@ def window_attention_scores(
     if window > length:
         raise ValueError(f"window ({window}) is longer than the keys ({length}).")
     group = h_q // h_kv
-    q = query.float().view(batch, h_kv, group, window, -1)
-    logits = torch.einsum("bhgwd,bhtd->bhgwt", q, key.float()) * scale  # [B, H_kv, G, W, T]
-    q_pos = torch.arange(length - window, length, device=key.device)
-    k_pos = torch.arange(length, device=key.device)
-    logits = logits.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+    # One batched matmul per KV head (the scale folded into the queries), then the softmax in place: at decode-time
+    # rescoring this runs over the whole store, and each full-size temporary costs as much as the arithmetic.
+    q = (query.float() * scale).reshape(batch, h_kv, group * window, -1)
+    logits = torch.matmul(q, key.float().transpose(-1, -2)).view(batch, h_kv, group, window, length)
+    # Causal inside the window: the query at position T - W + i sees keys up to it; only the last W keys can be late.
+    late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1)
+    logits[..., length - window :].masked_fill_(late, float("-inf"))
     if sinks is not None:
         sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, window, 1)
         probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
     else:
-        probs = torch.softmax(logits, dim=-1)
+        probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+        probs.div_(probs.sum(dim=-1, keepdim=True))
     return probs.sum(dim=3).mean(dim=2)
 
 

@@ -30,7 +30,7 @@ from transformers.cache_utils import (
 from .config import RiftConfig
 from .kernels import uses_triton
 from .policies import Signals, keep_mask
-from .storage import Rows, WorkingSet
+from .storage import QuantizedRows, Rows, WorkingSet
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
@@ -75,8 +75,8 @@ class RiftLayer(CacheLayerMixin):
         self.drift_reference: torch.Tensor | None = None
         self.record_past = False
         self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
-        # Indexed mode: a store policy whose store sits on the compute device and whose kernels run in Triton keeps
-        # no working-set copy; the backend attends the store in place at `positions` (`indexed_attention`).
+        # Indexed mode (`attend_in_place`): a store policy whose store sits on the compute device and whose kernels run
+        # in Triton keeps no working-set copy; the backend attends the store in place at `positions`.
         self.indexed = False
         self.returned_keys: torch.Tensor | None = None
 
@@ -117,9 +117,16 @@ class RiftLayer(CacheLayerMixin):
         capacity = key_states.shape[-2] + self.HEADROOM
         if config.keeps_store:
             store = config.store_device or self.device
-            self.store = Rows(key_states, capacity, device=store)
+            if config.store_dtype is None:
+                self.store = Rows(key_states, capacity, device=store)
+            else:
+                self.store = QuantizedRows(
+                    key_states, config.store_dtype, config.store_group_size, config.store_residual, device=store
+                )
             on_device = torch.device(store) == torch.device(self.device)
-            self.indexed = on_device and self.cache.policy.keeps_store and uses_triton(key_states)
+            self.indexed = (
+                on_device and config.attend_in_place and self.cache.policy.keeps_store and uses_triton(key_states)
+            )
         self.working = WorkingSet(key_states, capacity, with_kv=not self.indexed)
         self.is_initialized = True
 
@@ -269,6 +276,8 @@ class RiftLayer(CacheLayerMixin):
                 self.working.commit()
         elif self.is_initialized:
             self.working.commit()
+        if isinstance(self.store, QuantizedRows):
+            self.store.commit(self.seen)
         self.committed = self.stored
 
     def _recent(self) -> int:
@@ -307,10 +316,10 @@ class RiftLayer(CacheLayerMixin):
                 f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
                 "attn_implementation='rift' after `import rift_hf`."
             )
-        keys = self.store_keys.to(self.queries.device)
-        scores = self.cache.policy.score(self.queries, keys, self.scale, self.sinks)
+        keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
+        scores = self.cache.policy.score(self.queries, keys.to(self.queries.device), self.scale, self.sinks)
         self.selected = self.cache.policy.select(scores, config.n_sink, self.seen - self._recent(), self.cache.n_select)
-        self._build(None if self.indexed else self.store.keys, None if self.indexed else self.store.values)
+        self._build(None if self.indexed else keys, None if self.indexed else values)
         self.drift_reference = self.drift_summary()
 
     def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
@@ -596,10 +605,9 @@ class RiftCache(Cache):
         working = store = 0
         for layer in self.layers:
             if isinstance(layer, RiftLayer):
-                if layer.store_keys is not None:
-                    per_entry = layer.store_keys.element_size() * layer.store_keys.shape[1] * layer.store_keys.shape[-1]
-                    store += 2 * layer.store_keys.numel() * layer.store_keys.element_size()
-                    working += 2 * layer.stored * per_entry if layer.indexed else 0
+                if layer.store is not None:
+                    store += layer.store.nbytes()
+                    working += layer.store.nbytes(layer.stored) if layer.indexed else 0
                 if not layer.indexed and layer.keys is not None:
                     working += 2 * layer.keys.numel() * layer.keys.element_size()
             elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", False):

@@ -26,9 +26,15 @@ class Rows:
         batch, heads, _, dim = like.shape
         self.shape = (batch, heads, dim)
         self.dtype, self.device = like.dtype, torch.device(device if device is not None else like.device)
-        self.capacity = max(1, capacity)
         self.length = 0
         self.keys = self.values = self.positions = None
+        self._allocate(capacity, with_kv, with_positions)
+
+    def _allocate(self, capacity: int, with_kv: bool, with_positions: bool) -> None:
+        """Fresh, empty buffers of `capacity` rows (the old ones are released)."""
+        batch, heads, dim = self.shape
+        self.capacity = max(1, capacity)
+        self.length = 0
         if with_kv:
             self.keys = torch.empty(batch, heads, self.capacity, dim, dtype=self.dtype, device=self.device)
             self.values = torch.empty_like(self.keys)
@@ -126,12 +132,19 @@ class WorkingSet(Rows):
         set: the first `fixed` are sinks and selection, the rest (ascending, the newest last) fill the ring.
         """
         n = index.shape[-1]
-        self.reserve(n + headroom)
         index = index.to(self.device)
+        rows = None
         if self.keys is not None:
             gather = index.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
-            self.keys[:, :, :n].copy_(torch.gather(keys, 2, gather))
-            self.values[:, :, :n].copy_(torch.gather(values, 2, gather))
+            rows = torch.gather(keys, 2, gather), torch.gather(values, 2, gather)
+        if self.capacity > 2 * (n + headroom):
+            # The first compression of a long prompt: release the prompt-sized buffer.
+            self._allocate(n + headroom, self.keys is not None, True)
+        else:
+            self.reserve(n + headroom)
+        if rows is not None:
+            self.keys[:, :, :n].copy_(rows[0])
+            self.values[:, :, :n].copy_(rows[1])
         self.positions[:, :n].copy_(index)
         self.length = n
         self.fixed = fixed
@@ -160,3 +173,115 @@ class WorkingSet(Rows):
             source += chunk
             left -= chunk
         self.length = self.committed
+
+
+QUANTO_TYPES = ("int8", "int4", "int2")
+
+
+def _quanto():
+    try:
+        from optimum import quanto
+    except ImportError as err:
+        raise ImportError(
+            "A quantised store (RiftConfig(store_dtype=...)) uses optimum-quanto, which is not installed: "
+            "pip install 'rift-hf[quanto]' (or pip install optimum-quanto)."
+        ) from err
+    return quanto
+
+
+def _nbytes(tensor) -> int:
+    """Bytes held by a tensor or a quanto tensor subclass (its packed data, scales and shifts)."""
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is None:
+        return tensor.numel() * tensor.element_size()
+    names, _ = flatten()
+    return sum(_nbytes(getattr(tensor, name)) for name in names)
+
+
+class QuantizedRows:
+    """
+    A full store whose committed rows, past the newest `residual`, are kept by optimum-quanto in `dtype` (int8, int4
+    or int2, affine per group of `group_size` values of one token and head; int8 symmetric per token and head), in
+    chunks of `residual` rows; the newest rows stay in full precision (`Rows`), so a rollback never touches a
+    quantised row. `used_keys`/`used_values` dequantise everything (what a rescoring reads).
+    """
+
+    def __init__(self, like: torch.Tensor, dtype: str, group_size: int, residual: int, device=None):
+        if dtype not in QUANTO_TYPES:
+            raise ValueError(f"store dtype must be one of {', '.join(QUANTO_TYPES)}, got {dtype!r}.")
+        quanto = _quanto()
+        self.qtype = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2}[dtype]
+        dim = like.shape[-1]
+        if dtype != "int8" and dim % min(group_size, dim):
+            raise ValueError(f"store_group_size ({group_size}) must divide the head dim ({dim}).")
+        self.group_size = min(group_size, dim)
+        self.residual_rows = residual
+        self.recent = Rows(like, 2 * residual, device)
+        self.shape, self.dtype, self.device = self.recent.shape, self.recent.dtype, self.recent.device
+        self.chunks: list[tuple] = []  # (quantised keys, quantised values, rows)
+        self.quantized = 0
+
+    @property
+    def length(self) -> int:
+        return self.quantized + self.recent.length
+
+    @length.setter
+    def length(self, value: int) -> None:
+        if value < self.quantized:
+            raise ValueError(f"Cannot shorten the store to {value} rows: {self.quantized} are quantised.")
+        self.recent.length = value - self.quantized
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.recent.append(keys, values)
+
+    def commit(self, committed: int) -> None:
+        """The first `committed` rows are verified: quantise the whole chunks of them that left the residual window."""
+        residual = self.residual_rows
+        chunks = (committed - self.quantized - residual) // residual  # keep >= `residual` committed rows exact
+        if chunks <= 0:
+            return
+        for i in range(chunks):
+            rows = slice(i * residual, (i + 1) * residual)
+            keys, values = self.recent.keys[:, :, rows], self.recent.values[:, :, rows]
+            self.chunks.append((self._quantize(keys), self._quantize(values), residual))
+        done = chunks * residual
+        left = self.recent.length - done
+        self.recent.keys[:, :, :left] = self.recent.keys[:, :, done : done + left].clone()
+        self.recent.values[:, :, :left] = self.recent.values[:, :, done : done + left].clone()
+        self.recent.length = left
+        self.quantized += done
+
+    def _quantize(self, rows: torch.Tensor):
+        quanto = _quanto()
+        flat = rows.reshape(-1, rows.shape[-1])  # [B * H * n, D]: one row per token and head
+        if self.qtype.bits == 8:
+            scale = quanto.AbsmaxOptimizer()(flat, self.qtype, 0)
+            return quanto.quantize_weight(flat, self.qtype, 0, scale)
+        scale, shift = quanto.MaxOptimizer()(flat, self.qtype, 0, self.group_size)
+        return quanto.quantize_weight(flat, self.qtype, 0, scale, shift, self.group_size)
+
+    def _dense(self, index: int) -> torch.Tensor:
+        batch, heads, dim = self.shape
+        parts = [chunk[index].dequantize().to(self.dtype).view(batch, heads, chunk[2], dim) for chunk in self.chunks]
+        recent = self.recent.used_keys if index == 0 else self.recent.used_values
+        return torch.cat([*parts, recent], dim=2) if parts else recent
+
+    @property
+    def used_keys(self) -> torch.Tensor:
+        return self._dense(0)
+
+    @property
+    def used_values(self) -> torch.Tensor:
+        return self._dense(1)
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.used_keys
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.used_values
+
+    def nbytes(self, length: int | None = None) -> int:
+        """Bytes held: the quantised chunks (data, scales, shifts) plus the full-precision rows."""
+        return sum(_nbytes(k) + _nbytes(v) for k, v, _ in self.chunks) + self.recent.nbytes()

@@ -84,3 +84,25 @@ def test_experiment_policy_subset_is_checked_before_models_load(monkeypatch):
     monkeypatch.setattr("rift_hf.models.load_preset", lambda *a, **k: pytest.fail("loaded models first"))
     with pytest.raises(ValueError, match="unknown policy 'snap'"):
         experiments.main(["E1", "--preset", "tiny-random", "--policies", "full,snap"])
+
+
+def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tmp_path):
+    from benchmarks import step
+
+    out = tmp_path / "step.json"
+    step.main(["--dry-run", "--out", str(out)])
+    records = json.loads(out.read_text())["records"]
+    modes = {(r["mode"], r["policy"]) for r in records}
+    assert ("plain", "full") in modes and ("assisted", "transformers") in modes
+    assert {("plain", p) for p in ("swa", "snapkv", "rift-stat", "rift-dyn", "rift-ada")} <= modes
+    for record in records:
+        assert record["ms_per_step"] > 0
+        if record["policy"] != "full" or record["mode"] == "assisted":
+            assert record["ratio_to_baseline"] > 0
+    assert any(r["rescorings"] for r in records if r["policy"] == "rift-dyn" and r["mode"] == "plain")
+    step.main(["--dry-run", "--out", str(out)])  # resumes: nothing left to measure
+    assert len(json.loads(out.read_text())["records"]) == len(records)
+    readme = tmp_path / "README.md"
+    readme.write_text("a\n<!-- step-cpu:start -->\n<!-- step-cpu:end -->\nb\n")
+    step.main(["--table", str(out), "--readme", str(readme)])
+    assert "| rift-dyn |" in readme.read_text() and "x full step at 1K" in readme.read_text()

@@ -71,3 +71,11 @@ def test_transformers_outside_the_tested_range_is_refused_at_import():
     for version in ("5.22.1", "5.24.0", "4.57.0"):
         with pytest.raises(ImportError, match=r"pip install 'transformers>=5.23,<5.24'"):
             check_transformers(version)
+
+
+def test_attend_in_place_needs_a_store_policy():
+    assert RiftConfig(policy="rift-dyn", attend_in_place=True).attend_in_place
+    with pytest.raises(ValueError, match="does not keep"):
+        RiftConfig(policy="rift-stat", attend_in_place=True)
+    with pytest.raises(TypeError, match="True or False"):
+        RiftConfig(policy="rift-dyn", attend_in_place=1)

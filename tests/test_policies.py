@@ -78,3 +78,45 @@ def test_keep_mask_matches_the_all_pairs_definition():
         if count:
             expected |= (positions.unsqueeze(-1) == selected.unsqueeze(-2)).any(-1)
         assert torch.equal(keep_mask(positions, seen, 2, 5, selected), expected)
+
+
+def test_page_ahead_keeps_the_pages_after_the_best_ones():
+    """Per KV head: pages ranked by max(own mean score, previous page's mean score), then by their own score; whole
+    pages, ascending."""
+    from rift_hf import RiftConfig
+
+    policy = RiftConfig(policy="page-ahead", budget=64, block_size=4, window=8).policy_object
+    g = torch.Generator().manual_seed(0)
+    scores = torch.rand(1, 2, 64, generator=g)
+    got = policy.select(scores, lo=2, hi=58, count=20)  # pages 1..13 are candidates; 5 of them
+    for h in range(2):
+        means = scores[0, h, :56].view(14, 4).mean(-1)
+        ahead = {p: max(means[p], means[p - 1]) if p > 1 else means[p] for p in range(1, 14)}
+        best = sorted(sorted(ahead, key=lambda p: (-ahead[p], -means[p]))[:5])
+        assert got[h].tolist() == [4 * p + i for p in best for i in range(4)]
+
+
+def test_a_policy_registered_outside_the_package_drives_the_cache():
+    from transformers import LlamaConfig
+
+    from rift_hf import RiftCache, RiftConfig
+    from rift_hf.policies import Policy, base, register
+
+    @register
+    class KeepEarliest(Policy):
+        name = "test-keep-earliest"
+
+        def select(self, scores, lo, hi, count):
+            return torch.arange(lo, min(hi, lo + count)).expand(scores.shape[1], -1)
+
+    try:
+        config = LlamaConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=16)
+        cache = RiftCache(config, RiftConfig(policy="test-keep-earliest", budget=12, window=4))
+        keys, values = torch.randn(1, 1, 30, 8), torch.arange(30.0).view(1, 1, 30, 1).expand(1, 1, 30, 8)
+        out, _ = cache.update(keys, values, 0)
+        cache.layers[0].observe(torch.randn(1, 2, 30, 8), out, 8**-0.5, None)
+        cache.get_mask_sizes(1, 0)  # commit: keep the 6 earliest and the 6 newest
+        kept = sorted(cache.layers[0].values[0, 0, :, 0].long().tolist())
+        assert kept == [0, 1, 2, 3, 4, 5, 24, 25, 26, 27, 28, 29]
+    finally:
+        base._REGISTRY.pop("test-keep-earliest")

@@ -1,0 +1,105 @@
+"""A full store kept by optimum-quanto: bounded round-trip error, lossless generation, quantised byte counts."""
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+import rift_hf
+from rift_hf import RiftCache, RiftConfig
+from rift_hf.storage import QuantizedRows
+from tiny import draft_target_pair, make_prompt
+
+pytest.importorskip("optimum.quanto")
+
+STORE_POLICIES = [p for p in rift_hf.POLICIES if RiftConfig(policy=p).keeps_store]
+
+
+@pytest.mark.parametrize("dtype,bits", [("int8", 8), ("int4", 4), ("int2", 2)])
+def test_round_trip_error_is_within_one_quantisation_step(dtype, bits):
+    torch.manual_seed(0)
+    rows = torch.randn(1, 2, 300, 64)
+    store = QuantizedRows(rows[:, :, :0], dtype, group_size=32, residual=16)
+    store.append(rows, rows * 2)
+    store.commit(300)
+    assert store.quantized == 272 and store.length == 300  # whole chunks of 16, >= 16 rows kept exact
+    keys = store.used_keys
+    assert torch.equal(keys[:, :, 272:], rows[:, :, 272:])  # the residual is exact
+    if bits == 8:  # symmetric, one scale per token and head: error <= half a step of absmax / 127
+        step = rows.abs().amax(-1, keepdim=True) / 127
+    else:  # affine per group of 32: error <= half a step of (max - min) / (2^bits - 1)
+        groups = rows.unflatten(-1, (2, 32))
+        step = ((groups.amax(-1) - groups.amin(-1)) / (2**bits - 1)).repeat_interleave(32, dim=-1)
+    error = (keys - rows).abs()
+    assert bool((error <= step / 2 * 1.01 + 1e-6).all()), float((error - step / 2).max())
+    assert float(error[:, :, :272].max()) > 0  # really quantised
+
+
+def test_rollback_and_rescoring_never_touch_quantised_rows():
+    config = LlamaConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=128)
+    cache = RiftCache(
+        config, RiftConfig(policy="rift-dyn", budget=32, window=4, delta=4, store_dtype="int4", store_residual=8)
+    )
+    cache.activate_past_recording()
+    layer = cache.layers[0]
+    out, _ = cache.update(torch.randn(1, 1, 100, 64), torch.randn(1, 1, 100, 64), 0)
+    layer.observe(torch.randn(1, 2, 100, 64), out, 0.125, None)
+    cache.crop(0)
+    for _ in range(12):
+        out, _ = cache.update(torch.randn(1, 1, 1, 64), torch.randn(1, 1, 1, 64), 0)
+        layer.observe(torch.randn(1, 2, 1, 64), out, 0.125, None)
+        out, _ = cache.update(torch.randn(1, 1, 3, 64), torch.randn(1, 1, 3, 64), 0)
+        layer.observe(torch.randn(1, 2, 3, 64), out, 0.125, None)
+        cache.crop(-2)
+    assert cache.get_seq_length() == 124 and layer.store.length == 124
+    assert layer.store.quantized >= 100 and cache.events  # rescored from a mostly quantised store
+    assert layer.stored == 32
+
+
+@pytest.mark.parametrize("dtype", ["int4", "int8"])
+@pytest.mark.parametrize("policy", STORE_POLICIES)
+def test_greedy_output_is_lossless_with_a_quantised_store(policy, dtype):
+    target, draft = draft_target_pair("llama", 4)
+    ids = make_prompt(60, seed=3)
+    reference = target.generate(ids, max_new_tokens=30, do_sample=False)
+    config = {
+        "policy": policy,
+        "budget": 16,
+        "window": 4,
+        "delta": 4,
+        "block_size": 4,
+        "a_min": 4,
+        "a_max": 12,
+        "check_interval": 2,
+        "store_dtype": dtype,
+        "store_group_size": 16,
+        "store_residual": 8,
+    }
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    assert torch.equal(out, reference)
+    assert rift_hf.last_stats(target).rescorings
+
+
+def test_kv_bytes_reports_the_quantised_size():
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=256)
+    sizes = {}
+    for dtype in (None, "int8", "int4"):
+        cache = RiftCache(config, RiftConfig(policy="rift-dyn", budget=256, store_dtype=dtype))
+        for idx in range(2):
+            cache.update(torch.randn(1, 2, 4096, 64, dtype=torch.bfloat16), torch.randn(1, 2, 4096, 64).bfloat16(), idx)
+        for layer in cache.rift_layers:
+            layer.store.commit(4096) if dtype else None
+        sizes[dtype] = cache.kv_bytes()["store"]
+    assert sizes[None] == 2 * 2 * 2 * 4096 * 64 * 2  # layers x (k, v) x heads x tokens x dim x bf16
+    assert sizes["int4"] <= 0.30 * sizes[None]  # packed nibbles + a bf16 scale and shift per 64 values
+    assert sizes["int8"] <= 0.55 * sizes[None]
+
+
+def test_bad_quantised_store_settings_say_what_to_do():
+    with pytest.raises(ValueError, match="does not keep"):
+        RiftConfig(policy="rift-stat", store_dtype="int4")
+    with pytest.raises(ValueError, match="one of int8, int4, int2"):
+        RiftConfig(policy="rift-dyn", store_dtype="fp8")
+    with pytest.raises(ValueError, match="quantised"):
+        RiftConfig(policy="rift-dyn", store_dtype="int4", attend_in_place=True)
