@@ -74,7 +74,7 @@ def compare(
     generating again (`full` ignores budget and Δ).
     """
     from .models import fix_draft_length, load_preset
-    from .prompts import prompt_set
+    from .prompts import describe_sources, prompt_set
 
     torch_dtype = getattr(torch, dtype)
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=torch_dtype)
@@ -145,7 +145,7 @@ def compare(
         "new_tokens": new_tokens,
         "prompts": len(prompts),
         "tasks": list(tasks),
-        "sources": sources if isinstance(sources, str) else list(sources),
+        "sources": describe_sources(sources),
         "dtype": dtype,
         "machine": machine(),
         "date": datetime.date.today().isoformat(),
@@ -440,7 +440,12 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
     )
     parser.add_argument("--per-task", type=int, default=per_task, help="prompts per task")
     parser.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
-    parser.add_argument("--sources", default="code", help="code (stdlib source), prose (Shakespeare, KJV)")
+    parser.add_argument(
+        "--sources",
+        default="code",
+        help="code (stdlib source), prose (Shakespeare, KJV), or a .jsonl file of your own prompts "
+        "({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
+    )
     parser.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
     parser.add_argument("--window", type=int, default=64, help="SnapKV observation window")
     parser.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")

@@ -109,11 +109,76 @@ def build_prompt(tokenizer, source: str, task: str, n_tokens: int) -> Prompt:
     return Prompt(name=f"{task}:{source}", task=task, input_ids=ids)
 
 
+def user_prompts(tokenizer, prompts, per_task: int | None = None, tasks=None) -> list[Prompt]:
+    """
+    Prompts of your own: a JSONL file (a path), a `datasets.Dataset`, or a list of dicts. Each record holds either
+    `prompt` (a user message; the tokenizer's chat template is applied when it has one) or `text` (used verbatim),
+    and optionally `task` (default `"custom"`, the regime it is reported under) and `name`. They are used whole
+    (no truncation to an input length); `per_task` keeps the first that many of each task, `tasks` only those tasks.
+    """
+    if isinstance(prompts, (str, Path)):
+        path = Path(prompts)
+        if not path.is_file():
+            raise FileNotFoundError(f"No prompt file {path}; pass a JSONL file with one {{'prompt': ...}} per line.")
+        records = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number} is not a JSON object ({err.msg}).") from None
+    else:
+        records = [dict(record) for record in prompts]  # a datasets.Dataset iterates as dicts
+    out, seen = [], {}
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or ("prompt" in record) == ("text" in record):
+            raise ValueError(f"Prompt record {index} needs exactly one of 'prompt' or 'text', got {record!r:.80}.")
+        task = str(record.get("task", "custom"))
+        if tasks is not None and task not in tasks:
+            continue
+        seen[task] = seen.get(task, 0) + 1
+        if per_task is not None and seen[task] > per_task:
+            continue
+        if "text" in record:
+            text = record["text"]
+        elif getattr(tokenizer, "chat_template", None):
+            messages = [{"role": "user", "content": record["prompt"]}]
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = record["prompt"]
+        ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        out.append(Prompt(name=str(record.get("name", f"{task}:{index}")), task=task, input_ids=ids))
+    if not out:
+        raise ValueError("No prompt left: check the records' 'task' values against the tasks asked for.")
+    return out
+
+
+def describe_sources(sources) -> str | list:
+    """`sources` as a result file records it: the name, the path, the list of sources, or a short description."""
+    if isinstance(sources, (str, Path)):
+        return str(sources)
+    if isinstance(sources, (list, tuple)) and all(isinstance(x, str) for x in sources):
+        return list(sources)
+    return f"{type(sources).__name__} of {len(sources)} prompts"
+
+
 def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=("repeat", "continue"), sources="code") -> list[Prompt]:
-    """`per_task` prompts per task, each from a different source (`"code"`, `"prose"` or a list), in a fixed order."""
+    """
+    `per_task` prompts per task, each from a different source (`"code"`, `"prose"` or a list), in a fixed order; or
+    your own prompts when `sources` is a `.jsonl` path, a `datasets.Dataset` or a list of dicts (`user_prompts`).
+    """
+    if (isinstance(sources, (str, Path)) and str(sources).endswith(".jsonl")) or not isinstance(
+        sources, (str, tuple, list)
+    ):
+        return user_prompts(tokenizer, sources, per_task)
+    if isinstance(sources, list) and sources and isinstance(sources[0], dict):
+        return user_prompts(tokenizer, sources, per_task)
     names = SOURCES[sources] if isinstance(sources, str) and sources in SOURCES else sources
     if isinstance(names, str):
-        raise ValueError(f"Unknown source set {sources!r}; choose one of {', '.join(SOURCES)} or pass a list.")
+        raise ValueError(
+            f"Unknown source set {sources!r}; choose one of {', '.join(SOURCES)}, a list of sources, or a .jsonl "
+            "file of your own prompts."
+        )
     if per_task > len(names):
         raise ValueError(f"per_task={per_task} asks for more sources than the {len(names)} available; lower it.")
     return [build_prompt(tokenizer, source, task, n_tokens) for task in tasks for source in names[:per_task]]

