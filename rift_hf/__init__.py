@@ -13,9 +13,24 @@ from .cache import RiftCache, RiftLayer, RiftStateLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
 from .generation import apply as _apply_patches
-from .policies import calibrate_thresholds
+from .policies import Policy, calibrate_thresholds, register
 
 __version__ = "0.1.0"
+
+
+def metric_path(name: str = "acceptance_length") -> str:
+    """
+    Where the installed `evaluate` metric lives, for `evaluate.load(rift_hf.metric_path())` (acceptance length and
+    retention as SPEED-Bench defines them; its card is the folder's README.md).
+    """
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "metrics" / name
+    if not (path / f"{name}.py").is_file():
+        known = sorted(p.name for p in path.parent.iterdir() if p.is_dir() and not p.name.startswith("_"))
+        raise ValueError(f"No rift-hf metric {name!r}; available: {', '.join(known)}.")
+    return str(path)
+
 
 _attention.register()
 _apply_patches()
@@ -29,7 +44,10 @@ __all__ = [
     "RiftLayer",
     "RiftStateLayer",
     "RiftStats",
+    "Policy",
     "calibrate_thresholds",
     "last_stats",
+    "metric_path",
     "preset",
+    "register",
 ]

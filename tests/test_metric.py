@@ -15,3 +15,14 @@ def test_acceptance_length_metric_loads_and_computes():
     assert out["retention_per_request"] == pytest.approx([(17 / 3) / 12, 0.5])
     assert out["retention"] == pytest.approx(out["acceptance_length"] / 8)
     assert metric.compute(accepted=[[0, 0]])["acceptance_length"] == 1.0
+
+
+def test_metric_path_points_at_the_installed_metric_and_its_card():
+    import rift_hf
+
+    path = pathlib.Path(rift_hf.metric_path())
+    assert path == METRIC and (path / "README.md").read_text().startswith("---\ntitle: Acceptance length")
+    metric = evaluate.load(rift_hf.metric_path())
+    assert metric.compute(accepted=[[1, 1]])["acceptance_length"] == 2.0
+    with pytest.raises(ValueError, match="available: acceptance_length"):
+        rift_hf.metric_path("perplexity")
