@@ -317,13 +317,6 @@ class RiftLayer(CacheLayerMixin):
                 "attn_implementation='rift' after `import rift_hf`."
             )
         keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
-        if isinstance(self.store, QuantizedRows) and not self.indexed:
-            # The working set holds its positions' rows as written (the recent window and in-flight rows exact, the
-            # rest as last selected): prefer them to the dequantised store, so no exact row is lost to quantisation.
-            index = self.working.used_positions.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, -1)
-            index = index.expand(-1, -1, -1, keys.shape[-1])
-            keys = keys.scatter(2, index, self.working.used_keys.to(keys.device, keys.dtype))
-            values = values.scatter(2, index, self.working.used_values.to(values.device, values.dtype))
         scores = self.cache.policy.score(self.queries, keys.to(self.queries.device), self.scale, self.sinks)
         self.selected = self.cache.policy.select(scores, config.n_sink, self.seen - self._recent(), self.cache.n_select)
         self._build(None if self.indexed else keys, None if self.indexed else values)

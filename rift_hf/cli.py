@@ -390,6 +390,24 @@ def markdown_table(result: dict) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def rows_table(rows: list[dict]) -> str:
+    """Per-prompt markdown of replay rows (`rows.jsonl`): AL, retention against the same prompt's `full` row, peak
+    store bytes, rounds and rescorings, in the order the rows were written."""
+    full = {r["prompt"]: r["al"] for r in rows if r["policy"] == "full"}
+    lines = [
+        "| prompt | input tokens | policy | budget | AL | retention | peak store MiB | rounds | rescorings |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        retention = f"{r['al'] / full[r['prompt']]:.3f}" if r["prompt"] in full else "-"
+        store = f"{r['peak_store_bytes'] / 2**20:.1f}" if r.get("peak_store_bytes") else "-"
+        lines.append(
+            f"| {r['prompt']} | {r['input_tokens']} | {r['policy']} | {r['budget'] or '-'} | {r['al']:.2f} | "
+            f"{retention} | {store} | {r['rounds']} | {r['rescorings']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_into_readme(table: str, readme: Path, block: str = "compare") -> None:
     """Replace the text between `<!-- {block}:start -->` and `<!-- {block}:end -->` in `readme` with `table`."""
     start, end = f"<!-- {block}:start -->", f"<!-- {block}:end -->"
@@ -522,9 +540,12 @@ def main(argv=None) -> None:
     card.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
     card.add_argument("--out", type=Path, default=trained, help="the training output folder (holds eval.json)")
     card.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
-    tab = sub.add_parser("table", help="render a compare.json as markdown (and write it into a README)")
-    tab.add_argument("result", type=Path, help="a compare.json written by rift-hf compare or replay")
+    tab = sub.add_parser("table", help="render a compare.json or a replay rows.jsonl as markdown (and into a README)")
+    tab.add_argument(
+        "result", type=Path, help="a compare.json written by rift-hf compare or replay, or a replay run's rows.jsonl"
+    )
     tab.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
+    tab.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
     tab.add_argument("--plot", action="store_true", help="also write <result>.png")
     summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
     summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
@@ -620,6 +641,14 @@ def main(argv=None) -> None:
         print(text)
         return
     if args.command == "table":
+        if not args.result.is_file():
+            parser.error(f"no such file: {args.result}")
+        if args.result.suffix == ".jsonl":
+            table = rows_table([json.loads(line) for line in args.result.read_text().splitlines() if line.strip()])
+            if args.readme:
+                write_into_readme(table, args.readme, args.block)
+            print(table)
+            return
         result = json.loads(args.result.read_text())
         table = markdown_table(result)
         if args.plot:
@@ -627,7 +656,7 @@ def main(argv=None) -> None:
 
             plot_compare(result, args.result.with_suffix(".png"))
         if args.readme:
-            write_into_readme(table, args.readme)
+            write_into_readme(table, args.readme, args.block)
         print(table)
         return
     if args.compression <= 1:

@@ -103,25 +103,3 @@ def test_bad_quantised_store_settings_say_what_to_do():
         RiftConfig(policy="rift-dyn", store_dtype="fp8")
     with pytest.raises(ValueError, match="quantised"):
         RiftConfig(policy="rift-dyn", store_dtype="int4", attend_in_place=True)
-
-
-def test_a_rescoring_keeps_the_recent_window_exact():
-    """Rows still in the working set (the recent window) are taken as written, not from the quantised store."""
-    config = LlamaConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, hidden_size=128)
-    cache = RiftCache(
-        config, RiftConfig(policy="rift-dyn", budget=32, window=4, delta=8, store_dtype="int4", store_residual=4)
-    )
-    layer = cache.layers[0]
-    written = torch.randn(1, 1, 120, 64)
-    out, _ = cache.update(written[:, :, :80], written[:, :, :80], 0)
-    layer.observe(torch.randn(1, 2, 80, 64), out, 0.125, None)
-    for t in range(80, 120):  # plain decoding: every step commits
-        cache.get_mask_sizes(1, 0)
-        out, _ = cache.update(written[:, :, t : t + 1], written[:, :, t : t + 1], 0)
-        layer.observe(torch.randn(1, 2, 1, 64), out, 0.125, None)
-    cache.get_mask_sizes(1, 0)
-    assert len(cache.events) >= 4 and layer.store.quantized > 80
-    positions = layer.positions[0]
-    recent = positions >= 120 - 16  # rho 0.5 of 32
-    assert int(recent.sum()) == 16
-    assert torch.equal(layer.values[0, 0, recent], written[0, 0, positions[recent]])

@@ -282,3 +282,8 @@ def test_replay_cli_on_your_own_prompts(tmp_path):
     result = json.loads((out / "4x" / "compare.json").read_text())
     assert result["sources"] == str(prompts) and result["prompts"] == 2
     assert {r["task"] for r in result["runs"]} == {"repeat", "notes"}
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- mine:start -->\n<!-- mine:end -->\n")
+    main(["table", str(out / "4x" / "rows.jsonl"), "--readme", str(readme), "--block", "mine"])
+    table = readme.read_text()
+    assert "| repeat:0 |" in table and "| full | - |" in table and table.count("| 1.000 |") == 2
