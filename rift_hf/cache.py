@@ -303,10 +303,7 @@ class RiftLayer(CacheLayerMixin):
             hi = min(self.seen - self._recent(), self.prefill_scores.shape[-1])
             self.selected = cache.policy.select(self.prefill_scores[None], cache.config.n_sink, hi, cache.n_select)
         # Until now every token is stored at its own row, so positions index the rows.
-        if self.indexed:
-            self._build(None, None)
-        else:
-            self._build(self.working.keys, self.working.values)
+        self._build(self.working.keys, self.working.values)
 
     def _rescore(self) -> None:
         """Re-select from the whole store with the last `w` queries, and rebuild the working set from it."""

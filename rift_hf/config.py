@@ -33,17 +33,18 @@ class RiftConfig:
 
     Args:
         policy (`str`, defaults to `"rift-stat"`):
-            One of `full`, `swa`, `snapkv`, `rift-stat`, `rift-stat-block`, `rift-dyn`, `rift-ada`.
+            A registered policy (`rift_hf.policies.policy_names()`): built in `full`, `swa`, `snapkv`, `rift-stat`,
+            `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's) and `page-ahead` (ours).
         budget (`int` or `float`, defaults to `0.25`):
             Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
             as a fraction of the prompt length (0.25 = "4x compression").
         rho (`float`, *optional*):
             Share of the budget given to the most recent tokens. Defaults per policy: 1.0 for `swa`, `window/budget`
-            for `snapkv`, 0.5 for the RIFT policies.
+            for `snapkv`, 0.5 for the RIFT policies, 0.25 for `page-ahead`.
         n_sink (`int`, defaults to 0): first tokens always kept (attention sinks).
         window (`int`, defaults to 64): observation window `w`, the number of latest queries the scorer uses.
         pool (`str`, defaults to `"avg"`) and pool_kernel (`int`, defaults to 5): 1-D pooling of the scores.
-        block_size (`int`, defaults to 16): block length of `rift-stat-block`.
+        block_size (`int`, defaults to 16): block length of `rift-stat-block`, page length of `page-ahead`.
         delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.
