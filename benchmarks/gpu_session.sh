@@ -9,11 +9,15 @@
 #    PARTS (default: all) picks its parts;
 # 3. `python -m benchmarks.step --random-weights`: decode step per policy and budget, the assisted loop's ms per
 #    drafted token, and whether a rift decode step can be captured in a CUDA graph.
-# Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (e.g. transformers
-# 5.23 for an image that has another version) are installed into /tmp/site first; rift-hf runs from the checkout,
-# given the layout pyproject.toml installs (links rift_hf/kernels and rift_hf/demo, git-ignored), so nothing is
-# built. Each part has its own time limit and writes its output as it goes, so a part that fails or runs out of time
-# does not cost the others.
+# Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (git-ignored; carry it)
+# are installed into /tmp/site first, for an image with another transformers (the 2026-11-30 image had 5.17):
+#   P="--python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64"
+#   pip download --no-deps -d .whl $P transformers==5.23.0 tokenizers==0.23.3 safetensors==0.8.0
+#   pip download -d .whl/deps $P huggingface_hub==2.4.0 typer regex
+# (.whl/deps only when the image's own hub/typer/regex are too old). rift-hf runs from the checkout, given the layout
+# pyproject.toml installs (links rift_hf/kernels and rift_hf/demo, git-ignored), so nothing is built. Each part has
+# its own time limit and writes its output as it goes, so a part that fails or runs out of time does not cost the
+# others.
 set -u
 if ! command -v nvidia-smi >/dev/null; then
     echo "gpu_session.sh needs a CUDA GPU (no nvidia-smi here); on CPU use: python -m benchmarks.kernels --dry-run" >&2
