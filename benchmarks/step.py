@@ -85,18 +85,24 @@ def decode(model, cache, token, start: int, steps: int, device, between=None) ->
     return times
 
 
+def full_cache(model, prefill, length: int):
+    """A `DynamicCache` holding the first `length` tokens of `prefill` (a causal model's states do not depend on later
+    tokens), and the token to decode next."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    for layer_idx, (keys, values) in sorted(prefill.states.items()):
+        cache.update(keys[:, :, :length], values[:, :, :length], layer_idx)
+    return cache, prefill.logits[-1:].argmax(-1)[None]
+
+
 class Baseline:
     """A plain full-cache decode step at a fixed context (`--baseline-context`), timed between the steps of every
     record, so each record carries its own side-by-side ratio (immune to load that drifts during a long run)."""
 
     def __init__(self, model, prefill, context: int, device):
-        from transformers import DynamicCache
-
         self.model, self.context, self.device = model, context, device
-        self.cache = DynamicCache(config=model.config)
-        for layer_idx, (keys, values) in sorted(prefill.states.items()):
-            self.cache.update(keys[:, :, :context], values[:, :, :context], layer_idx)
-        self.token = prefill.logits[-1:].argmax(-1)[None]
+        self.cache, self.token = full_cache(model, prefill, context)
 
     def step(self) -> float:
         times = decode(self.model, self.cache, self.token, self.context, 1, self.device)
@@ -110,12 +116,7 @@ def policy_config(policy: str, budget: int, args) -> dict:
 
 def run_full(model, prefill, length, args, device) -> dict:
     """Plain step with a `DynamicCache` holding the first `length` prompt tokens."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    for layer_idx, (keys, values) in sorted(prefill.states.items()):
-        cache.update(keys[:, :, :length], values[:, :, :length], layer_idx)
-    token = prefill.logits[-1:].argmax(-1)[None]
+    cache, token = full_cache(model, prefill, length)
     times = decode(model, cache, token, length, args.steps, device)
     return {"policy": "full", "input_tokens": length, "budget": None, "mode": "plain", **_times(times)}
 

@@ -220,7 +220,6 @@ class RiftLayer(CacheLayerMixin):
         if (
             config.is_scored
             and self.selected is None
-            and not self.compressed
             and self.stored == self.seen
             and q >= min(config.window, self.seen)
         ):
@@ -604,9 +603,8 @@ class RiftCache(Cache):
             if isinstance(layer, RiftLayer):
                 if layer.store is not None:
                     store += layer.store.nbytes()
-                    working += layer.store.nbytes(layer.stored) if layer.indexed else 0
-                if not layer.indexed and layer.keys is not None:
-                    working += 2 * layer.keys.numel() * layer.keys.element_size()
+                if layer.working is not None:  # in place, the rows attended are the store's
+                    working += layer.store.nbytes(layer.stored) if layer.indexed else layer.working.nbytes()
             elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", False):
                 working += 2 * layer.keys.numel() * layer.keys.element_size()
         return {"working": working, "store": store}

@@ -645,16 +645,13 @@ def main(argv=None) -> None:
             parser.error(f"no such file: {args.result}")
         if args.result.suffix == ".jsonl":
             table = rows_table([json.loads(line) for line in args.result.read_text().splitlines() if line.strip()])
-            if args.readme:
-                write_into_readme(table, args.readme, args.block)
-            print(table)
-            return
-        result = json.loads(args.result.read_text())
-        table = markdown_table(result)
-        if args.plot:
-            from .plots import plot_compare
+        else:
+            result = json.loads(args.result.read_text())
+            table = markdown_table(result)
+            if args.plot:
+                from .plots import plot_compare
 
-            plot_compare(result, args.result.with_suffix(".png"))
+                plot_compare(result, args.result.with_suffix(".png"))
         if args.readme:
             write_into_readme(table, args.readme, args.block)
         print(table)

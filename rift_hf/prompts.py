@@ -167,11 +167,10 @@ def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=("repeat", "contin
     `per_task` prompts per task, each from a different source (`"code"`, `"prose"` or a list), in a fixed order; or
     your own prompts when `sources` is a `.jsonl` path, a `datasets.Dataset` or a list of dicts (`user_prompts`).
     """
-    if (isinstance(sources, (str, Path)) and str(sources).endswith(".jsonl")) or not isinstance(
-        sources, (str, tuple, list)
-    ):
-        return user_prompts(tokenizer, sources, per_task)
-    if isinstance(sources, list) and sources and isinstance(sources[0], dict):
+    own = not isinstance(sources, (str, tuple, list)) or (  # a Path, a Dataset ...
+        str(sources).endswith(".jsonl") if isinstance(sources, str) else bool(sources) and isinstance(sources[0], dict)
+    )
+    if own:
         return user_prompts(tokenizer, sources, per_task)
     names = SOURCES[sources] if isinstance(sources, str) and sources in SOURCES else sources
     if isinstance(names, str):

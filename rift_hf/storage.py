@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .config import STORE_DTYPES
+
 
 class Rows:
     """
@@ -50,7 +52,7 @@ class Rows:
             old = getattr(self, name)
             if old is None:
                 continue
-            axis = old.dim() - 2 if old.dim() == 4 else 1  # rows: dim 2 of keys/values, dim 1 of positions
+            axis = 2 if old.dim() == 4 else 1  # rows: dim 2 of keys/values, dim 1 of positions
             shape = list(old.shape)
             shape[axis] = capacity
             new = old.new_empty(shape)
@@ -175,9 +177,6 @@ class WorkingSet(Rows):
         self.length = self.committed
 
 
-QUANTO_TYPES = ("int8", "int4", "int2")
-
-
 def _quanto():
     try:
         from optimum import quanto
@@ -207,8 +206,8 @@ class QuantizedRows:
     """
 
     def __init__(self, like: torch.Tensor, dtype: str, group_size: int, residual: int, device=None):
-        if dtype not in QUANTO_TYPES:
-            raise ValueError(f"store dtype must be one of {', '.join(QUANTO_TYPES)}, got {dtype!r}.")
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"store dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}.")
         quanto = _quanto()
         self.qtype = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2}[dtype]
         dim = like.shape[-1]
@@ -273,14 +272,6 @@ class QuantizedRows:
     @property
     def used_values(self) -> torch.Tensor:
         return self._dense(1)
-
-    @property
-    def keys(self) -> torch.Tensor:
-        return self.used_keys
-
-    @property
-    def values(self) -> torch.Tensor:
-        return self.used_values
 
     def nbytes(self, length: int | None = None) -> int:
         """Bytes held: the quantised chunks (data, scales, shifts) plus the full-precision rows."""

@@ -77,8 +77,7 @@ class Policy:
 
     def recent_tokens(self, budget: int) -> int:
         """Size of the rolling recent window for a resolved `budget`."""
-        rho = self.config.rho if self.config.rho is not None else self.default_rho(budget)
-        return min(math.floor(rho * budget), budget - self.config.n_sink)
+        return min(math.floor(self.config.effective_rho(budget) * budget), budget - self.config.n_sink)
 
     def check_budget(self, budget: int) -> None:
         """Raise if `budget` tokens cannot hold what the policy always keeps."""
