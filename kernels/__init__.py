@@ -14,9 +14,16 @@ import os
 import torch
 
 from . import reference
-from .reference import block_scores, pool_scores
+from .reference import block_scores, pool_scores, retrieved_attention
 
-__all__ = ["block_scores", "indexed_attention", "pool_scores", "uses_triton", "window_attention_scores"]
+__all__ = [
+    "block_scores",
+    "indexed_attention",
+    "pool_scores",
+    "retrieved_attention",
+    "uses_triton",
+    "window_attention_scores",
+]
 
 _HAS_TRITON = importlib.util.find_spec("triton") is not None
 

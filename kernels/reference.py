@@ -107,3 +107,45 @@ def indexed_attention(
         probs = torch.softmax(logits, dim=-1)
     out = torch.einsum("bhglk,bhkd->bhgld", probs, v)
     return out.reshape(batch, h_q, length, dim).to(query.dtype)
+
+
+def retrieved_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    index: torch.Tensor,
+    scale: float,
+    sinks: torch.Tensor | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
+    """
+    Attention where every query position attends its own rows of a KV store (per-step retrieval).
+
+    Args:
+        query: `[B, H_q, L, D]`.
+        key, value: `[B, H_kv, S, D]`, the store.
+        index: `[B, H_kv, L, K]` int64, the rows query `l` of each KV head attends (all visible to it; any order).
+        scale: softmax scale.
+        sinks: optional `[H_q]` extra logits in the softmax denominator.
+        softcap: optional logit soft-cap (`tanh(x / c) * c`).
+
+    Returns:
+        `[B, H_q, L, D]` in the query's dtype.
+    """
+    batch, h_q, length, dim = query.shape
+    h_kv, k_sel = key.shape[1], index.shape[-1]
+    group = h_q // h_kv
+    gather = index.reshape(batch, h_kv, length * k_sel, 1).expand(-1, -1, -1, dim)
+    k = torch.gather(key, 2, gather).float().view(batch, h_kv, length, k_sel, dim)
+    v = torch.gather(value, 2, gather).float().view(batch, h_kv, length, k_sel, dim)
+    q = query.float().view(batch, h_kv, group, length, dim)
+    logits = torch.einsum("bhgld,bhlkd->bhglk", q, k) * scale
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    if sinks is not None:
+        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, length, 1)
+        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(logits, dim=-1)
+    out = torch.einsum("bhglk,bhlkd->bhgld", probs, v)
+    return out.reshape(batch, h_q, length, dim).to(query.dtype)

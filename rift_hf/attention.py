@@ -15,7 +15,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .cache import ACTIVE_LAYER
-from .kernels import indexed_attention
+from .kernels import indexed_attention, retrieved_attention
 
 NAME = "rift"
 
@@ -99,7 +99,12 @@ def rift_attention_forward(
     layer = ACTIVE_LAYER.get()
     if layer is not None and key is layer.returned_keys:
         ACTIVE_LAYER.set(None)
+        # A retrieval layer's `key`/`value` hold every token; each query attends the rows the policy retrieves for it.
+        index = layer.retrieve(query, scale) if layer.retrieving else None
         layer.observe(query, key, scale, sinks)
+        if index is not None:
+            out = retrieved_attention(query, key, value, index, scale, sinks, kwargs.get("softcap"))
+            return out.transpose(1, 2).contiguous(), None
         if layer.indexed:
             if kwargs.get("softcap") is not None:
                 raise ValueError("Logit soft-capping is not supported by indexed attention; set RIFT_HF_KERNELS=torch.")

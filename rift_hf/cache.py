@@ -79,6 +79,10 @@ class RiftLayer(CacheLayerMixin):
         # in Triton keeps no working-set copy; the backend attends the store in place at `positions`.
         self.indexed = False
         self.returned_keys: torch.Tensor | None = None
+        # Retrieval policies (`Policy.retrieves`): per-page key minimum/maximum of the committed pages, and the rows
+        # the queries of the last forward attended (`[B, H_kv, L, K]`).
+        self.pages: Rows | None = None
+        self.retrieved: torch.Tensor | None = None
 
     # Views of the storage (the mixin's `keys`/`values` attributes are read-only views here).
     @property
@@ -102,6 +106,18 @@ class RiftLayer(CacheLayerMixin):
     @property
     def positions(self) -> torch.Tensor | None:
         return None if self.working is None else self.working.used_positions
+
+    @property
+    def retrieving(self) -> bool:
+        """Whether each new query attends its own rows, chosen by the policy (a retrieval policy, once compressed)."""
+        return self.compressed and self.cache.policy.retrieves
+
+    @property
+    def attended_positions(self) -> torch.Tensor | None:
+        """`[H_kv, N]`: the positions the newest query attended (the working set's, or its own retrieved rows)."""
+        if self.retrieving and self.retrieved is not None:
+            return self.retrieved[0, :, -1]
+        return self.positions
 
     @property
     def store_keys(self) -> torch.Tensor | None:
@@ -219,6 +235,7 @@ class RiftLayer(CacheLayerMixin):
         # whole observation window, so a 2-token re-feed never replaces the prompt's scores.
         if (
             config.is_scored
+            and not self.cache.policy.retrieves
             and self.selected is None
             and self.stored == self.seen
             and q >= min(config.window, self.seen)
@@ -242,7 +259,8 @@ class RiftLayer(CacheLayerMixin):
             qi = query[:, :, i].float().view(query.shape[0], h_kv, group, -1)
             logits = torch.einsum("bhgd,bhtd->bhgt", qi, store[:, :, : pos + 1].float()) * self.scale
             probs = torch.softmax(logits, dim=-1)  # [B, H_kv, G, pos + 1]
-            visible = self.positions.to(query.device)
+            # What this query attends: the working set, or the rows retrieved for it.
+            visible = (self.retrieved[0, :, i] if self.retrieving else self.positions).to(query.device)
             # Mark the retained positions up to `pos` (later ones are clamped onto `pos` and contribute 0).
             kept = torch.zeros(h_kv, pos + 1, device=query.device)
             kept.scatter_reduce_(1, visible.clamp(max=pos), (visible <= pos).float(), reduce="amax")
@@ -261,7 +279,12 @@ class RiftLayer(CacheLayerMixin):
         cache = self.cache
         if self.queries is not None:
             self.queries = self.queries[:, :, -cache.config.window :]
-        if self.is_initialized and self.seen > cache.budget:
+        if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
+            # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
+            self.working.commit()
+            self._summarise_pages()
+            self.compressed = True
+        elif self.is_initialized and self.seen > cache.budget:
             if not self.compressed:
                 # Store policies make their first selection like a rescoring (the last w queries over the store),
                 # which right after prefill is exactly SnapKV on the prompt; the others use the prompt's scores.
@@ -278,6 +301,29 @@ class RiftLayer(CacheLayerMixin):
         if isinstance(self.store, QuantizedRows):
             self.store.commit(self.seen)
         self.committed = self.stored
+
+    def _summarise_pages(self) -> None:
+        """Append the key minimum and maximum of every whole committed page not yet summarised (`self.pages`)."""
+        config = self.cache.config
+        page, n_sink = config.block_size, config.n_sink
+        whole = max(0, (self.working.committed - n_sink) // page)
+        if self.pages is None:
+            self.pages = Rows(self.working.keys, whole + self.HEADROOM)
+        done = self.pages.length
+        if whole > done:
+            keys = self.working.keys[:, :, n_sink + done * page : n_sink + whole * page]
+            keys = keys.unflatten(2, (whole - done, page))
+            self.pages.append(keys.amin(3), keys.amax(3))
+
+    def retrieve(self, query: torch.Tensor, scale: float) -> torch.Tensor:
+        """The rows each new query attends, `[B, H_kv, L, budget]` (a retrieval policy's `retrieve`)."""
+        cache = self.cache
+        first = self.seen - query.shape[2]
+        index = cache.policy.retrieve(
+            query, self.pages.used_keys, self.pages.used_values, first, scale, cache.recent, cache.n_select
+        )
+        self.retrieved = index
+        return index
 
     def _recent(self) -> int:
         cache = self.cache
@@ -603,7 +649,10 @@ class RiftCache(Cache):
             if isinstance(layer, RiftLayer):
                 if layer.store is not None:
                     store += layer.store.nbytes()
-                if layer.working is not None:  # in place, the rows attended are the store's
+                if layer.retrieving:  # every token is kept; a query reads `budget` rows and the page summaries
+                    store += layer.working.nbytes()
+                    working += layer.working.nbytes(min(layer.stored, self.budget)) + layer.pages.nbytes()
+                elif layer.working is not None:  # in place, the rows attended are the store's
                     working += layer.store.nbytes(layer.stored) if layer.indexed else layer.working.nbytes()
             elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", False):
                 working += 2 * layer.keys.numel() * layer.keys.element_size()

@@ -15,6 +15,11 @@ from typing import Any
 
 from .policies import Policy, policy_class, policy_names
 
+
+def _store_policies() -> str:
+    """The registered policies that keep a full store, for error messages."""
+    return ", ".join(name for name in policy_names() if policy_class(name).keeps_store)
+
 CONFIG_NAME = "rift_config.json"
 # The built-in policies, one file each under `rift_hf/policies/` (a registered policy added later is valid too).
 POLICIES = policy_names()
@@ -128,7 +133,7 @@ class RiftConfig:
         if self.attend_in_place and not policy_class(self.policy).keeps_store:
             raise ValueError(
                 f"`attend_in_place` attends the rows of the full store, which policy {self.policy!r} does not keep; "
-                "drop it, or use a store policy (rift-dyn, rift-ada, page-ahead)."
+                f"drop it, or use a store policy ({_store_policies()})."
             )
         for name in (
             "window",
@@ -164,7 +169,7 @@ class RiftConfig:
         if not self.keeps_store:
             raise ValueError(
                 f"`store_dtype` quantises the full store, which policy {self.policy!r} does not keep; drop it, or use "
-                "a store policy (rift-dyn, rift-ada, page-ahead)."
+                f"a store policy ({_store_policies()})."
             )
         if self.attend_in_place:
             raise ValueError(
@@ -177,7 +182,7 @@ class RiftConfig:
         if not self.keeps_store:
             raise ValueError(
                 f"`store_device` places the full store, which policy {self.policy!r} does not keep; drop it, or use "
-                f"rift-dyn / rift-ada (or track_attention_mass=True)."
+                f"{_store_policies()} (or track_attention_mass=True)."
             )
         try:
             torch.device(self.store_device)

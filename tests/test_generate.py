@@ -6,7 +6,15 @@ from transformers import DynamicCache, StaticCache
 
 import rift_hf
 from rift_hf import POLICIES, RiftCache, RiftConfig
-from tiny import ARCHITECTURES, STATEFUL_ARCHITECTURES, draft_target_pair, make_prompt, tiny_model, tiny_target
+from tiny import (
+    ARCHITECTURES,
+    STATEFUL_ARCHITECTURES,
+    attended_rows,
+    draft_target_pair,
+    make_prompt,
+    tiny_model,
+    tiny_target,
+)
 
 GAMMA = 4
 PROMPT = 40
@@ -39,7 +47,10 @@ def invariant_log(monkeypatch):
         out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
         layer = self.layers[layer_idx]
         if layer in self.rift_layers:
-            log.append((layer.stored, self.budget, layer.get_seq_length(), layer.positions[0, -1].item() + 1))
+            stored = attended_rows(layer)
+            if stored is None:
+                return out
+            log.append((stored, self.budget, layer.get_seq_length(), layer.positions[0, -1].item() + 1))
         return out
 
     monkeypatch.setattr(RiftCache, "update", update)

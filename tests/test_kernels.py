@@ -118,3 +118,25 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     assert runs["torch"][1:] == runs["triton"][1:]
     assert runs["triton"][2] > 0
     assert calls, "the Triton path never attended the store in place"
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_retrieved_attention_equals_masked_attention(sinks):
+    """Per-query rows of the store attended by gathering equal softmax attention over the store with a per-query
+    mask."""
+    from rift_hf.kernels import retrieved_attention
+
+    g = torch.Generator().manual_seed(3)
+    query = torch.randn(1, 4, 3, 8, generator=g)
+    key, value = torch.randn(1, 2, 20, 8, generator=g), torch.randn(1, 2, 20, 8, generator=g)
+    # Query i (position 17 + i) attends 6 of the rows it can see.
+    rows = [torch.randperm(18 + i, generator=g)[:6] for _ in range(2) for i in range(3)]
+    index = torch.stack(rows).view(1, 2, 3, 6)
+    sink = torch.randn(4, generator=g) if sinks else None
+    got = retrieved_attention(query, key, value, index, 0.3, sink)
+    mask = torch.zeros(1, 2, 3, 20, dtype=torch.bool).scatter_(-1, index, True).repeat_interleave(2, dim=1)
+    logits = (query @ key.repeat_interleave(2, dim=1).transpose(-1, -2) * 0.3).masked_fill(~mask, float("-inf"))
+    if sinks:
+        logits = torch.cat([logits, sink.view(1, 4, 1, 1).expand(1, 4, 3, 1)], dim=-1)
+    probs = torch.softmax(logits, dim=-1)[..., :20]
+    torch.testing.assert_close(got, probs @ value.repeat_interleave(2, dim=1))

@@ -9,7 +9,7 @@ import torch
 import rift_hf
 from rift_hf import POLICIES, RiftCache, RiftConfig
 from rift_hf.generation import patches
-from tiny import draft_target_pair, make_prompt, pin_drafting, tiny_model
+from tiny import attended_rows, draft_target_pair, make_prompt, pin_drafting, tiny_model
 
 SMALL = {"budget": 16, "window": 4, "delta": 4, "block_size": 4, "a_min": 4, "a_max": 12, "check_interval": 2}
 
@@ -232,8 +232,9 @@ def test_random_cases_stay_lossless_and_bounded(monkeypatch):
 
     def logged_update(self, key_states, value_states, layer_idx, *args, **kwargs):
         out = update(self, key_states, value_states, layer_idx, *args, **kwargs)
-        if self.layers[layer_idx] in self.rift_layers:
-            log.append((self.layers[layer_idx].stored, self.budget, self.layers[layer_idx].seen, self.prompt_length))
+        layer = self.layers[layer_idx]
+        if layer in self.rift_layers and attended_rows(layer) is not None:
+            log.append((attended_rows(layer), self.budget, layer.seen, self.prompt_length))
         return out
 
     monkeypatch.setattr(RiftCache, "update", logged_update)

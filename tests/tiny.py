@@ -181,3 +181,11 @@ def draft_target_pair(arch: str, gamma: int = 4):
         target = perturbed_copy(draft, 0.15)
         pin_drafting(target, gamma)
     return target, draft
+
+
+def attended_rows(layer) -> int | None:
+    """Rows a query of this compressed layer reads: its stored entries, or for a retrieval layer (which keeps every
+    token) the rows the last query retrieved (None before its first retrieval)."""
+    if layer.retrieving:
+        return None if layer.retrieved is None else layer.attended_positions.shape[-1]
+    return layer.stored

@@ -56,6 +56,8 @@ class Policy:
         keeps_store: the full KV store is kept so the selection can be refreshed from every token; the first
             selection is then also made from the store (right after the prompt that is SnapKV on the prompt).
         rho: default share of the budget given to the recent window.
+        retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
+            `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
     """
 
     name: ClassVar[str] = ""
@@ -63,6 +65,7 @@ class Policy:
     scored: ClassVar[bool] = True
     keeps_store: ClassVar[bool] = False
     rho: ClassVar[float] = 0.5
+    retrieves: ClassVar[bool] = False
 
     def __init__(self, config: RiftConfig):
         self.config = config

@@ -55,7 +55,7 @@ def compressed_attention_masks(
         for t in range(boundary, length):
             model(input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
             for layer in cache.rift_layers:
-                positions = layer.positions.to(input_ids.device)  # [H_kv, N]: what the query at t attends
+                positions = layer.attended_positions.to(input_ids.device)  # [H_kv, N]: what the query at t attends
                 masks[layer.layer_idx][0, :, t].scatter_(1, positions, True)
     finally:
         model.train(was_training)

@@ -1,0 +1,90 @@
+"""page-retrieval: every drafted token attends the pages its own query points at (Quest-style per-step retrieval).
+
+The layer keeps every token. Each page of `block_size` tokens (after the sinks) is summarised by the element-wise
+minimum and maximum of its keys. At every forward, for each new query and KV head, `q . k` over a page is bounded
+from above by `sum_d max(q_d min_d, q_d max_d)` (the bound Quest uses, Tang et al. 2024, arXiv 2406.10774); the pages
+with the largest bounds are attended, beside the `n_sink` first tokens and a recent window. Each query attends
+exactly `budget` rows, so the attention reads what a compressed cache reads, plus one summary row pair per page.
+
+With grouped-query attention one selection serves the whole group of query heads of a KV head: each head's bounds
+are turned into a softmax over pages (what share of that head's attention a page could take), and the group's
+shares are averaged. Only whole pages that end before the recent window starts are candidates, so the three parts
+never overlap and every query attends `budget` distinct rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import register
+from .rift_stat_block import RiftStaticBlock
+
+
+@register
+class PageRetrieval(RiftStaticBlock):
+    """Budget laid out like rift-stat-block (sinks, whole pages, a window); the pages are chosen per query."""
+
+    name = "page-retrieval"
+    retrieves = True
+    rho = 0.125
+
+    def page_scores(self, query: torch.Tensor, low: torch.Tensor, high: torch.Tensor, scale: float) -> torch.Tensor:
+        """
+        Args:
+            query: `[B, H_q, L, D]`; low, high: `[B, H_kv, n_pages, D]`, per-page key minimum and maximum.
+        Returns:
+            `[B, H_kv, L, n_pages]` float32, the group-averaged softmax over pages of the upper bounds.
+        """
+        batch, h_q, length, dim = query.shape
+        h_kv = low.shape[1]
+        q = query.float().view(batch, h_kv, h_q // h_kv, length, dim)
+        # max(q_d * lo_d, q_d * hi_d) = relu(q_d) * hi_d + min(q_d, 0) * lo_d: two matmuls, no [.., n, D] temporary.
+        bound = torch.einsum("bhgld,bhnd->bhgln", q.clamp(min=0), high.float())
+        bound += torch.einsum("bhgld,bhnd->bhgln", q.clamp(max=0), low.float())
+        return bound.mul_(scale)
+
+    def retrieve(
+        self,
+        query: torch.Tensor,
+        low: torch.Tensor,
+        high: torch.Tensor,
+        first: int,
+        scale: float,
+        recent: int,
+        selected: int,
+    ) -> torch.Tensor:
+        """
+        Rows each new query attends: `[B, H_kv, L, budget]` (sinks, the chosen pages, the recent window).
+
+        Args:
+            query: `[B, H_q, L, D]` at positions `first .. first + L - 1` (rows of the layer's store).
+            low, high: `[B, H_kv, n_pages, D]`; page `j` covers rows `n_sink + j * block_size` onwards.
+            recent: size of the recent window (the query's own row included).
+            selected: rows given to pages (a whole number of pages).
+        """
+        page, n_sink = self.config.block_size, self.config.n_sink
+        batch, h_kv, n_pages = low.shape[:3]
+        length = query.shape[2]
+        n_pick = selected // page
+        device = query.device
+        positions = torch.arange(first, first + length, device=device)  # [L]
+        # Candidate pages end before the window of their query starts: j < (p - recent + 1 - n_sink) // page.
+        limit = ((positions - recent + 1 - n_sink) // page).clamp(max=n_pages)  # [L]
+        if int((first - recent + 1 - n_sink) // page) < n_pick or n_pages < n_pick:
+            raise RuntimeError(
+                f"Internal error: page-retrieval at position {first} has fewer than {n_pick} candidate pages."
+            )
+        shares = torch.softmax(self._masked(self.page_scores(query, low, high, scale), limit), dim=-1).mean(2)
+        pages = shares.topk(n_pick, dim=-1).indices  # [B, H_kv, L, n_pick]
+        offsets = torch.arange(page, device=device)
+        rows = (n_sink + pages[..., None] * page + offsets).flatten(-2)  # [B, H_kv, L, n_pick * page]
+        window = positions[:, None] - torch.arange(recent - 1, -1, -1, device=device)  # [L, recent]
+        sinks = torch.arange(n_sink, device=device).expand(length, -1)
+        fixed = torch.cat([sinks, window], dim=-1).expand(batch, h_kv, -1, -1)
+        return torch.cat([fixed[..., :n_sink], rows, fixed[..., n_sink:]], dim=-1)
+
+    @staticmethod
+    def _masked(scores: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+        """Scores `[B, H_kv, G, L, n]` with the pages at or past each query's `limit` (`[L]`) set to -inf."""
+        columns = torch.arange(scores.shape[-1], device=scores.device)
+        return scores.masked_fill(columns >= limit[:, None], float("-inf"))
