@@ -20,6 +20,7 @@ def _store_policies() -> str:
     """The registered policies that keep a full store, for error messages."""
     return ", ".join(name for name in policy_names() if policy_class(name).keeps_store)
 
+
 CONFIG_NAME = "rift_config.json"
 # The built-in policies, one file each under `rift_hf/policies/` (a registered policy added later is valid too).
 POLICIES = policy_names()
