@@ -20,6 +20,9 @@ import rift_hf
 from .models import PRESETS as MODEL_PRESETS
 
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
+# A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
+TRANSFORMERS = "transformers"
+
 PRESET_NAMES = ("tiny-random", *MODEL_PRESETS)
 METRIC = Path(__file__).resolve().parent / "metrics" / "acceptance_length"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
@@ -90,8 +93,12 @@ def compare(
             bar.update()
             full_output = None
             for policy in policies:
-                config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
                 bar.set_postfix_str(f"{prompt.name} {policy}")
+                if policy == TRANSFORMERS:
+                    runs.append(_transformers_run(target, draft, prompt, plain, plain_seconds, gen))
+                    bar.update()
+                    continue
+                config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
                 same = {"policy": "full"} if config["policy"] == "full" else config
                 out, seconds, stats = _generate(
                     reuse,
@@ -164,6 +171,30 @@ def compare(
     return result
 
 
+def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> dict:
+    """transformers' own assisted generation (the drafter on a `DynamicCache`): speed, and AL as new tokens per target
+    forward (one forward per round)."""
+    forwards = []
+    handle = target.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        out, seconds = _timed_generate(target, prompt.input_ids, assistant_model=draft, **gen)
+    finally:
+        handle.remove()
+    new = out.shape[1] - prompt.tokens
+    return {
+        "prompt": prompt.name,
+        "task": prompt.task,
+        "policy": TRANSFORMERS,
+        "input_tokens": prompt.tokens,
+        "output_tokens": new,
+        "al": new / len(forwards),
+        "rounds": len(forwards),
+        "tokens_per_s": new / seconds,
+        "speedup": plain_seconds / seconds,
+        "same_as_target": bool(torch.equal(out, plain)),
+    }
+
+
 def summarise(runs: list[dict], policies) -> list[dict]:
     """Per-policy summary of per-prompt rows (AL and retention through the acceptance-length metric); each row gets
     its `retention`. Timing fields are None where the rows have none (replay)."""
@@ -174,6 +205,20 @@ def summarise(runs: list[dict], policies) -> list[dict]:
     summary = []
     for policy in policies:
         rows = [r for r in runs if r["policy"] == policy]
+        if policy == TRANSFORMERS:  # no per-round record: AL from the target's forwards, no retention
+            summary.append(
+                {
+                    "policy": policy,
+                    "al": _mean(rows, "al"),
+                    **dict.fromkeys(("retention", "retention_mean", "retention_min", "retention_max")),
+                    "draft_ms_per_token": None,
+                    "rescore_share": None,
+                    "tokens_per_s": _mean(rows, "tokens_per_s"),
+                    "speedup": _mean(rows, "speedup"),
+                    "lossless": all(r["same_as_target"] for r in rows),
+                }
+            )
+            continue
         scores = metric.compute(
             accepted=[r["accepted"] for r in rows], reference_accepted=[reference[r["prompt"]] for r in rows]
         )
@@ -450,7 +495,10 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
     """The arguments `compare` and `replay` share: models, policies, prompts and the drafting protocol."""
     parser.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset (target, drafter)")
     parser.add_argument(
-        "--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated policy labels, e.g. rift-dyn@delta=16"
+        "--policies",
+        default=",".join(DEFAULT_POLICIES),
+        help="comma-separated policy labels, e.g. rift-dyn@delta=16 (compare also takes `transformers`: its own "
+        "assisted generation with a full DynamicCache drafter)",
     )
     parser.add_argument("--input-tokens", type=int, default=input_tokens, help="approximate source tokens per prompt")
     parser.add_argument(
@@ -477,12 +525,13 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def _policy_labels(parser, text: str) -> list[str]:
-    """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference)."""
+def _policy_labels(parser, text: str, baselines: tuple[str, ...] = ()) -> list[str]:
+    """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference);
+    `baselines` are further labels the command accepts."""
     policies = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES]
+    unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES and p not in baselines]
     if unknown:
-        parser.error(f"unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}")
+        parser.error(f"unknown policies {unknown}; choose from {', '.join((*rift_hf.POLICIES, *baselines))}")
     if "full" not in policies:
         policies.insert(0, "full")
     return policies
@@ -658,7 +707,7 @@ def main(argv=None) -> None:
         return
     if args.compression <= 1:
         parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
-    policies = _policy_labels(parser, args.policies)
+    policies = _policy_labels(parser, args.policies, baselines=(TRANSFORMERS,))
     result = compare(
         args.preset,
         policies,

@@ -21,7 +21,9 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    policies = [s["policy"] for s in result["summary"]]
+    # Policies with per-round records (a `transformers` baseline row has none: no curve, no retention bar).
+    summary = [s for s in result["summary"] if s.get("retention") is not None]
+    policies = [s["policy"] for s in summary]
     tracked = any(r.get("attention_mass") for r in result["runs"])
     fig, axes = plt.subplots(1, 3 if tracked else 2, figsize=(16 if tracked else 11, 3.8))
     left, right = axes[0], axes[1]
@@ -37,7 +39,7 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     left.set(title=f"AL per {bucket}-token bucket of generation", xlabel="generated tokens", ylabel="AL")
     left.legend(fontsize=8)
     left.grid(alpha=0.3)
-    for i, s in enumerate(result["summary"]):
+    for i, s in enumerate(summary):
         right.bar(i, s["retention"], color="C0")
         right.errorbar(
             i,

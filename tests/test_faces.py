@@ -186,3 +186,32 @@ def test_cli_errors_are_one_line_messages(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("rift-hf ")
+
+
+def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(tmp_path):
+    """The `transformers` label: a DynamicCache drafter through transformers' assisted loop, timed in the same run,
+    with AL counted as new tokens per target forward; no retention, and the plot leaves it out."""
+    from rift_hf.cli import compare
+
+    result = compare(
+        "tiny-random",
+        ["full", "transformers"],
+        4.0,
+        96,
+        12,
+        1,
+        4,
+        8,
+        4,
+        tmp_path,
+        "float32",
+        summary_path=tmp_path / "s.json",
+    )
+    rows = {r["policy"]: r for r in result["runs"] if r["task"] == "repeat"}
+    assert rows["transformers"]["same_as_target"] and rows["full"]["same_as_target"]
+    assert rows["transformers"]["output_tokens"] == 12
+    # Same drafter and drafting protocol, lossless both: the rounds match rift's uncompressed drafter.
+    assert rows["transformers"]["rounds"] == rows["full"]["rounds"]
+    summary = {s["policy"]: s for s in result["summary"]}
+    assert summary["transformers"]["retention"] is None and summary["transformers"]["speedup"] > 0
+    assert "| transformers |" in (tmp_path / "compare.md").read_text() and (tmp_path / "compare.png").exists()
