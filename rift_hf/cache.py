@@ -79,8 +79,8 @@ class RiftLayer(CacheLayerMixin):
         # in Triton keeps no working-set copy; the backend attends the store in place at `positions`.
         self.indexed = False
         self.returned_keys: torch.Tensor | None = None
-        # Retrieval policies (`Policy.retrieves`): per-page key minimum/maximum of the committed pages, and the rows
-        # the queries of the last forward attended (`[B, H_kv, L, K]`).
+        # Retrieval policies (`Policy.retrieves`): the policy's summary of every committed page (`pages.keys`), and
+        # the rows the queries of the last forward attended (`[B, H_kv, L, K]`).
         self.pages: Rows | None = None
         self.retrieved: torch.Tensor | None = None
 
@@ -303,25 +303,22 @@ class RiftLayer(CacheLayerMixin):
         self.committed = self.stored
 
     def _summarise_pages(self) -> None:
-        """Append the key minimum and maximum of every whole committed page not yet summarised (`self.pages`)."""
+        """Append the policy's summary of every whole committed page not yet summarised (`self.pages`)."""
         config = self.cache.config
         page, n_sink = config.block_size, config.n_sink
         whole = max(0, (self.working.committed - n_sink) // page)
         if self.pages is None:
-            self.pages = Rows(self.working.keys, whole + self.HEADROOM)
+            self.pages = Rows(self.working.keys, whole + self.HEADROOM, with_values=False)
         done = self.pages.length
         if whole > done:
             keys = self.working.keys[:, :, n_sink + done * page : n_sink + whole * page]
-            keys = keys.unflatten(2, (whole - done, page))
-            self.pages.append(keys.amin(3), keys.amax(3))
+            self.pages.append(self.cache.policy.summarise(keys.unflatten(2, (whole - done, page))), None)
 
     def retrieve(self, query: torch.Tensor, scale: float) -> torch.Tensor:
         """The rows each new query attends, `[B, H_kv, L, budget]` (a retrieval policy's `retrieve`)."""
         cache = self.cache
         first = self.seen - query.shape[2]
-        index = cache.policy.retrieve(
-            query, self.pages.used_keys, self.pages.used_values, first, scale, cache.recent, cache.n_select
-        )
+        index = cache.policy.retrieve(query, self.pages.used_keys, first, scale, cache.recent, cache.n_select)
         self.retrieved = index
         return index
 

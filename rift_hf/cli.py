@@ -404,6 +404,58 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     return "\n".join(blocks)
 
 
+def regime_rows(run_dir: Path) -> list[dict]:
+    """
+    Per compression (`<run_dir>/<c>x/rows.jsonl`), policy and regime (task) of a replay run: the per-prompt
+    retention (AL over the same prompt's `full` AL) over the prompts that have both rows, as mean, min, median and max,
+    with the mean AL and peak store bytes. Policies in the order first written, compressions ascending.
+    """
+    out = []
+    paths = sorted(Path(run_dir).glob("*x/rows.jsonl"), key=lambda p: float(p.parent.name[:-1]))
+    for path in paths:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        full = {r["prompt"]: r["al"] for r in rows if r["policy"] == "full"}
+        for policy in dict.fromkeys(r["policy"] for r in rows if r["policy"] != "full"):
+            for task in dict.fromkeys(r["task"] for r in rows):
+                mine = [r for r in rows if r["policy"] == policy and r["task"] == task and r["prompt"] in full]
+                if not mine:
+                    continue
+                ratios = [r["al"] / full[r["prompt"]] for r in mine]
+                out.append(
+                    {
+                        "compression": float(path.parent.name[:-1]),
+                        "policy": policy,
+                        "task": task,
+                        "prompts": len(mine),
+                        "retention": statistics.mean(ratios),
+                        "retention_min": min(ratios),
+                        "retention_median": statistics.median(ratios),
+                        "retention_max": max(ratios),
+                        "per_prompt": ratios,
+                        "al": statistics.mean(r["al"] for r in mine),
+                        "full_al": statistics.mean(full[r["prompt"]] for r in mine),
+                        "peak_store_mib": _mean(mine, "peak_store_bytes", 2**20),
+                    }
+                )
+    return out
+
+
+def regime_table(run_dir: Path) -> str:
+    """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
+    lines = [
+        "| compression | policy | regime | prompts | retention mean | min / median / max | AL (full AL) | "
+        "peak store MiB |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in regime_rows(run_dir):
+        lines.append(
+            f"| {r['compression']:g}x | {r['policy']} | {r['task']} | {r['prompts']} | {r['retention']:.3f} | "
+            f"{r['retention_min']:.2f} / {r['retention_median']:.2f} / {r['retention_max']:.2f} | "
+            f"{r['al']:.2f} ({r['full_al']:.2f}) | {_fmt(r['peak_store_mib'], '.1f')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(result: dict) -> str:
     head = (
         f"{result['preset']}, "
@@ -591,11 +643,16 @@ def main(argv=None) -> None:
     card.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
     tab = sub.add_parser("table", help="render a compare.json or a replay rows.jsonl as markdown (and into a README)")
     tab.add_argument(
-        "result", type=Path, help="a compare.json written by rift-hf compare or replay, or a replay run's rows.jsonl"
+        "result",
+        type=Path,
+        help="a compare.json written by rift-hf compare or replay, a replay run's rows.jsonl, or a replay run's folder "
+        "(retention per compression, policy and regime, with its per-prompt spread)",
     )
     tab.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
     tab.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
-    tab.add_argument("--plot", action="store_true", help="also write <result>.png")
+    tab.add_argument(
+        "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
+    )
     summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
     summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
     summ.add_argument("--experiments", nargs="*", help="only these experiments (default: all)")
@@ -617,7 +674,10 @@ def main(argv=None) -> None:
         return
     for name in ("result", "path"):
         path = getattr(args, name, None)
+        folder_ok = args.command == "table" and Path(path or "").is_dir()  # a replay run's folder
         if path is not None and not (args.command == "summary" and args.rebuild) and not Path(path).is_file():
+            if folder_ok:
+                continue
             parser.error(f"{path} does not exist")
     if args.command in ("card",) and not (args.out / "eval.json").is_file():
         parser.error(f"{args.out} has no eval.json: run `rift-hf train --out {args.out}` first")
@@ -690,6 +750,18 @@ def main(argv=None) -> None:
         print(text)
         return
     if args.command == "table":
+        if args.result.is_dir():
+            if not any(args.result.glob("*x/rows.jsonl")):
+                parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
+            table = regime_table(args.result)
+            if args.plot:
+                from .plots import plot_regimes
+
+                plot_regimes(regime_rows(args.result), args.result / "retention.png")
+            if args.readme:
+                write_into_readme(table, args.readme, args.block)
+            print(table)
+            return
         if not args.result.is_file():
             parser.error(f"no such file: {args.result}")
         if args.result.suffix == ".jsonl":

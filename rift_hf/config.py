@@ -50,7 +50,8 @@ class RiftConfig:
         n_sink (`int`, defaults to 0): first tokens always kept (attention sinks).
         window (`int`, defaults to 64): observation window `w`, the number of latest queries the scorer uses.
         pool (`str`, defaults to `"avg"`) and pool_kernel (`int`, defaults to 5): 1-D pooling of the scores.
-        block_size (`int`, defaults to 16): block length of `rift-stat-block`, page length of `page-ahead`.
+        block_size (`int`, *optional*): block length of `rift-stat-block`, page length of `page-ahead` and
+            `page-retrieval`; defaults to the policy's own (8 for `page-retrieval`, 16 otherwise).
         delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.
@@ -82,7 +83,7 @@ class RiftConfig:
     window: int = 64
     pool: str = "avg"
     pool_kernel: int = 5
-    block_size: int = 16
+    block_size: int | None = None
     delta: int = 128
     store_device: str | None = None
     check_interval: int = 8
@@ -103,6 +104,8 @@ class RiftConfig:
         if not isinstance(self.policy, str):
             raise TypeError(f"`policy` must be a policy name such as 'rift-stat', got {self.policy!r}.")
         policy_class(self.policy)  # raises on an unknown name
+        if self.block_size is None:
+            self.block_size = policy_class(self.policy).block_size
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."

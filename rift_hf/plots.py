@@ -192,3 +192,36 @@ def plot_summary(records: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_regimes(rows: list[dict], path: Path) -> Path:
+    """Per-prompt retention of every policy (`rift_hf.cli.regime_rows`), one panel per compression, one colour per
+    regime, the mean as a bar outline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    compressions = sorted({r["compression"] for r in rows})
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(compressions), figsize=(5.5 * len(compressions), 3.8), squeeze=False)
+    for ax, compression in zip(axes[0], compressions, strict=True):
+        for t, task in enumerate(tasks):
+            for i, policy in enumerate(policies):
+                match = [r for r in rows if (r["compression"], r["policy"], r["task"]) == (compression, policy, task)]
+                if not match:
+                    continue
+                x = i + (t - (len(tasks) - 1) / 2) * 0.3
+                ratios = match[0]["per_prompt"]
+                ax.scatter([x] * len(ratios), ratios, s=12, color=f"C{t}", alpha=0.7, label=task if i == 0 else None)
+                ax.bar(x, match[0]["retention"], width=0.28, fill=False, edgecolor=f"C{t}")
+        ax.axhline(1.0, color="k", lw=0.6)
+        ax.set_xticks(range(len(policies)), policies, rotation=20)
+        ax.set(title=f"{compression:g}x: retention per prompt (outline: mean)", ylim=(0, 1.25))
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

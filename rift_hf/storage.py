@@ -21,15 +21,25 @@ class Rows:
     """
     Key/value rows `[B, H, capacity, D]` with a used `length`; `positions` (`[H, capacity]`, int64) when asked for.
 
-    `with_kv=False` keeps only the positions (a layer that attends the store in place needs no copy of the rows).
+    `with_kv=False` keeps only the positions (a layer that attends the store in place needs no copy of the rows);
+    `with_values=False` only keys (rows of per-page key summaries).
     """
 
-    def __init__(self, like: torch.Tensor, capacity: int, device=None, with_kv: bool = True, with_positions=False):
+    def __init__(
+        self,
+        like: torch.Tensor,
+        capacity: int,
+        device=None,
+        with_kv: bool = True,
+        with_positions=False,
+        with_values: bool = True,
+    ):
         batch, heads, _, dim = like.shape
         self.shape = (batch, heads, dim)
         self.dtype, self.device = like.dtype, torch.device(device if device is not None else like.device)
         self.length = 0
         self.keys = self.values = self.positions = None
+        self.with_values = with_values
         self._allocate(capacity, with_kv, with_positions)
 
     def _allocate(self, capacity: int, with_kv: bool, with_positions: bool) -> None:
@@ -39,7 +49,7 @@ class Rows:
         self.length = 0
         if with_kv:
             self.keys = torch.empty(batch, heads, self.capacity, dim, dtype=self.dtype, device=self.device)
-            self.values = torch.empty_like(self.keys)
+            self.values = torch.empty_like(self.keys) if self.with_values else None
         if with_positions:
             self.positions = torch.empty(heads, self.capacity, dtype=torch.long, device=self.device)
 
@@ -60,7 +70,7 @@ class Rows:
             setattr(self, name, new)
         self.capacity = capacity
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor | int | None = None):
+    def append(self, keys: torch.Tensor, values: torch.Tensor | None, positions: torch.Tensor | int | None = None):
         """
         Write `q` rows after the used ones (`keys`/`values`: `[B, H, q, D]`; `positions`: `[H, q]`, or an int, the
         first of `q` consecutive positions).
@@ -70,7 +80,8 @@ class Rows:
         end = self.length + q
         if self.keys is not None:
             self.keys[:, :, self.length : end].copy_(keys)
-            self.values[:, :, self.length : end].copy_(values)
+            if self.values is not None:
+                self.values[:, :, self.length : end].copy_(values)
         if self.positions is not None:
             if not isinstance(positions, int):
                 self.positions[:, self.length : end].copy_(positions)
@@ -86,6 +97,7 @@ class Rows:
             return
         if self.keys is not None:
             self.keys[:, :, target : target + count].copy_(self.keys[:, :, source : source + count])
+        if self.values is not None:
             self.values[:, :, target : target + count].copy_(self.values[:, :, source : source + count])
         if self.positions is not None:
             self.positions[:, target : target + count].copy_(self.positions[:, source : source + count])
@@ -107,7 +119,8 @@ class Rows:
         if self.keys is None:
             return 0
         batch, heads, dim = self.shape
-        return 2 * batch * heads * dim * (self.length if length is None else length) * self.keys.element_size()
+        tensors = 2 if self.values is not None else 1
+        return tensors * batch * heads * dim * (self.length if length is None else length) * self.keys.element_size()
 
 
 class WorkingSet(Rows):

@@ -215,3 +215,26 @@ def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(t
     summary = {s["policy"]: s for s in result["summary"]}
     assert summary["transformers"]["retention"] is None and summary["transformers"]["speedup"] > 0
     assert "| transformers |" in (tmp_path / "compare.md").read_text() and (tmp_path / "compare.png").exists()
+
+
+def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
+    from rift_hf.cli import main, regime_rows
+
+    rows = [
+        {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0},
+        {"prompt": "repeat:b", "task": "repeat", "policy": "full", "al": 8.0},
+        {"prompt": "continue:a", "task": "continue", "policy": "full", "al": 4.0},
+        {"prompt": "repeat:a", "task": "repeat", "policy": "p", "al": 5.0, "peak_store_bytes": 2**20},
+        {"prompt": "repeat:b", "task": "repeat", "policy": "p", "al": 8.0, "peak_store_bytes": 3 * 2**20},
+        {"prompt": "continue:a", "task": "continue", "policy": "p", "al": 3.0, "peak_store_bytes": 2**20},
+        {"prompt": "continue:z", "task": "continue", "policy": "p", "al": 9.0},  # no full row: left out
+    ]
+    (tmp_path / "4x").mkdir()
+    (tmp_path / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = {(r["policy"], r["task"]): r for r in regime_rows(tmp_path)}
+    assert got["p", "repeat"]["prompts"] == 2 and got["p", "repeat"]["retention"] == pytest.approx(0.75)
+    assert (got["p", "repeat"]["retention_min"], got["p", "repeat"]["retention_max"]) == (0.5, 1.0)
+    assert got["p", "repeat"]["peak_store_mib"] == pytest.approx(2.0)
+    assert got["p", "continue"]["prompts"] == 1 and got["p", "continue"]["retention"] == pytest.approx(0.75)
+    main(["table", str(tmp_path), "--plot"])
+    assert (tmp_path / "retention.png").exists()

@@ -122,38 +122,39 @@ def test_a_policy_registered_outside_the_package_drives_the_cache():
         base._REGISTRY.pop("test-keep-earliest")
 
 
-def test_page_bound_is_an_upper_bound_of_every_score_in_the_page():
-    policy = RiftConfig(policy="page-retrieval", budget=64, block_size=4).policy_object
+def test_page_retrieval_summarises_a_page_by_its_midrange_key_and_scores_it_per_query_head():
+    policy = RiftConfig(policy="page-retrieval", budget=64).policy_object
+    assert policy.config.block_size == 8  # the policy's own page length when none is given
     g = torch.Generator().manual_seed(1)
-    keys = torch.randn(1, 2, 40, 8, generator=g)  # 10 pages of 4
+    pages = torch.randn(1, 2, 10, 4, 8, generator=g)  # 10 pages of 4 keys
+    summaries = policy.summarise(pages)
+    torch.testing.assert_close(summaries, (pages.min(3).values + pages.max(3).values) / 2)
     query = torch.randn(1, 6, 3, 8, generator=g)  # 3 query heads per KV head, 3 positions
-    pages = keys.unflatten(2, (10, 4))
-    bound = policy.page_scores(query, pages.amin(3), pages.amax(3), scale=1.0)  # [1, 2, 3, 3, 10]
-    exact = torch.einsum("bhgld,bhnpd->bhglnp", query.view(1, 2, 3, 3, 8), pages).amax(-1)
-    assert bound.shape == exact.shape
-    assert bool((bound >= exact - 1e-5).all())
+    scores = policy.page_scores(query, summaries, scale=0.5)  # [1, 2, 3, 3, 10]
+    for h in range(6):
+        expected = query[0, h] @ summaries[0, h // 3].T * 0.5
+        torch.testing.assert_close(scores[0, h // 3, h % 3], expected)
 
 
 def test_page_retrieval_attends_sinks_the_best_pages_and_the_window_per_query():
-    """Each query: `n_sink` first rows, the top pages (group-averaged softmax of the bounds) among the whole pages that
-    end before its window, and its `recent` newest rows: `budget` distinct visible rows."""
+    """Each query: `n_sink` first rows, the top pages (group-averaged softmax of the page scores) among the whole pages
+    that end before its window, and its `recent` newest rows: `budget` distinct visible rows."""
     policy = RiftConfig(policy="page-retrieval", budget=32, block_size=4, n_sink=2, window=4).policy_object
     g = torch.Generator().manual_seed(2)
     keys = torch.randn(1, 2, 70, 8, generator=g)
     n_pages = (66 - 2) // 4  # committed rows 0..65
-    pages = keys[:, :, 2 : 2 + 4 * n_pages].unflatten(2, (n_pages, 4))
-    low, high = pages.amin(3), pages.amax(3)
+    summaries = policy.summarise(keys[:, :, 2 : 2 + 4 * n_pages].unflatten(2, (n_pages, 4)))
     query = torch.randn(1, 4, 3, 8, generator=g)  # positions 66, 67, 68
     recent, selected = 6, 24  # 2 sinks + 6 pages + 6 recent = 32
-    index = policy.retrieve(query, low, high, first=66, scale=0.5, recent=recent, selected=selected)
+    index = policy.retrieve(query, summaries, first=66, scale=0.5, recent=recent, selected=selected)
     assert index.shape == (1, 2, 3, 32)
-    bounds = policy.page_scores(query, low, high, 0.5)
+    scores = policy.page_scores(query, summaries, 0.5)
     for h in range(2):
         for i, p in enumerate(range(66, 69)):
             rows = index[0, h, i].tolist()
             assert len(set(rows)) == 32 and max(rows) == p
             limit = min(n_pages, (p - recent + 1 - 2) // 4)
-            shares = torch.softmax(bounds[0, h, :, i, :limit], dim=-1).mean(0)
+            shares = torch.softmax(scores[0, h, :, i, :limit], dim=-1).mean(0)
             best = shares.topk(6).indices.tolist()
             expected = {0, 1} | {2 + 4 * j + o for j in best for o in range(4)} | set(range(p - recent + 1, p + 1))
             assert set(rows) == expected

@@ -56,6 +56,7 @@ class Policy:
         keeps_store: the full KV store is kept so the selection can be refreshed from every token; the first
             selection is then also made from the store (right after the prompt that is SnapKV on the prompt).
         rho: default share of the budget given to the recent window.
+        block_size: default block (page) length, for policies that select whole blocks.
         retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
     """
@@ -65,6 +66,7 @@ class Policy:
     scored: ClassVar[bool] = True
     keeps_store: ClassVar[bool] = False
     rho: ClassVar[float] = 0.5
+    block_size: ClassVar[int] = 16
     retrieves: ClassVar[bool] = False
 
     def __init__(self, config: RiftConfig):
