@@ -19,7 +19,7 @@ import rift_hf
 
 from .models import PRESETS as MODEL_PRESETS
 
-DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn")
+DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval")
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
 
