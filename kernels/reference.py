@@ -136,8 +136,19 @@ def retrieved_attention(
     h_kv, k_sel = key.shape[1], index.shape[-1]
     group = h_q // h_kv
     gather = index.reshape(batch, h_kv, length * k_sel, 1).expand(-1, -1, -1, dim)
-    k = torch.gather(key, 2, gather).float().view(batch, h_kv, length, k_sel, dim)
-    v = torch.gather(value, 2, gather).float().view(batch, h_kv, length, k_sel, dim)
+    k = torch.gather(key, 2, gather).view(batch, h_kv, length, k_sel, dim)
+    v = torch.gather(value, 2, gather).view(batch, h_kv, length, k_sel, dim)
+    if sinks is None and softcap is None and batch == 1:
+        # Each query position is its own batch entry of torch's SDPA (in the model's dtype, like the other backends).
+        out = F.scaled_dot_product_attention(
+            query[0].transpose(0, 1)[:, :, None],  # [L, H_q, 1, D]
+            k[0].transpose(0, 1),  # [L, H_kv, K, D]
+            v[0].transpose(0, 1),
+            scale=scale,
+            enable_gqa=group > 1,
+        )
+        return out[:, :, 0].transpose(0, 1)[None]
+    k, v = k.float(), v.float()
     q = query.float().view(batch, h_kv, group, length, dim)
     logits = torch.einsum("bhgld,bhlkd->bhglk", q, k) * scale
     if softcap is not None:
