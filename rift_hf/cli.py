@@ -456,6 +456,29 @@ def regime_table(run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def regime_wide_table(run_dir: Path) -> str:
+    """`regime_rows` as one row per policy and one column per compression and regime: mean retention, per-prompt
+    range and prompt count."""
+    rows = regime_rows(run_dir)
+    columns = list(dict.fromkeys((r["compression"], r["task"]) for r in rows))
+    cells = {(r["policy"], r["compression"], r["task"]): r for r in rows}
+    lines = [
+        "| policy | " + " | ".join(f"{c:g}x {task}" for c, task in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        row = []
+        for c, task in columns:
+            r = cells.get((policy, c, task))
+            row.append(
+                "-"
+                if r is None
+                else f"**{r['retention']:.2f}** ({r['retention_min']:.2f}-{r['retention_max']:.2f}, n={r['prompts']})"
+            )
+        lines.append(f"| {policy} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown_table(result: dict) -> str:
     head = (
         f"{result['preset']}, "
@@ -649,6 +672,9 @@ def main(argv=None) -> None:
         "(retention per compression, policy and regime, with its per-prompt spread)",
     )
     tab.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
+    tab.add_argument(
+        "--wide", action="store_true", help="a replay folder: one row per policy, one column per compression and regime"
+    )
     tab.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
     tab.add_argument(
         "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
@@ -753,7 +779,7 @@ def main(argv=None) -> None:
         if args.result.is_dir():
             if not any(args.result.glob("*x/rows.jsonl")):
                 parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
-            table = regime_table(args.result)
+            table = regime_wide_table(args.result) if args.wide else regime_table(args.result)
             if args.plot:
                 from .plots import plot_regimes
 

@@ -238,3 +238,8 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     assert got["p", "continue"]["prompts"] == 1 and got["p", "continue"]["retention"] == pytest.approx(0.75)
     main(["table", str(tmp_path), "--plot"])
     assert (tmp_path / "retention.png").exists()
+    from rift_hf.cli import regime_wide_table
+
+    wide = regime_wide_table(tmp_path).splitlines()
+    assert wide[0] == "| policy | 4x repeat | 4x continue |"
+    assert wide[2] == "| p | **0.75** (0.50-1.00, n=2) | **0.75** (0.75-0.75, n=1) |"
