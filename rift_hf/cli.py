@@ -679,6 +679,11 @@ def main(argv=None) -> None:
     tab.add_argument(
         "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
     )
+    pub = sub.add_parser("push", help="check a drafter folder (loads in plain transformers) and upload it to the Hub")
+    pub.add_argument("folder", type=Path, help="the drafter folder, e.g. <train out>/model")
+    pub.add_argument("repo_id", help="Hub model repository, e.g. you/qwen2.5-coder-0.5b-rift")
+    pub.add_argument("--private", action="store_true", help="create the repository private")
+    pub.add_argument("--dry-run", action="store_true", help="run the checks only; upload nothing")
     summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
     summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
     summ.add_argument("--experiments", nargs="*", help="only these experiments (default: all)")
@@ -774,6 +779,17 @@ def main(argv=None) -> None:
         if args.readme:
             write_into_readme(text, args.readme, "experiments")
         print(text)
+        return
+    if args.command == "push":
+        from .hub import push
+
+        try:
+            url = push(args.folder, args.repo_id, private=args.private, dry_run=args.dry_run)
+        except (ValueError, RuntimeError) as err:
+            parser.exit(2, f"rift-hf push: {err}\n")
+        except Exception as err:  # the Hub: no network, no token, no rights
+            parser.exit(1, f"rift-hf push: upload to {args.repo_id} failed: {type(err).__name__}: {err}\n")
+        print(f"{args.folder}: ready to publish (dry run)" if url is None else f"uploaded: {url}")
         return
     if args.command == "table":
         if args.result.is_dir():

@@ -153,7 +153,7 @@ def test_every_subcommand_documents_every_flag(capsys):
 
     from rift_hf.cli import main
 
-    for command in ("compare", "replay", "train", "card", "table", "summary", "models", "demo"):
+    for command in ("compare", "replay", "train", "card", "table", "summary", "models", "demo", "push"):
         with pytest.raises(SystemExit) as exit_info:
             main([command, "--help"])
         assert exit_info.value.code == 0
