@@ -38,9 +38,10 @@ class RiftConfig:
     `delta` tokens, or adaptively) decides when the selection is refreshed.
 
     Args:
-        policy (`str`, defaults to `"rift-stat"`):
+        policy (`str`, defaults to `"page-retrieval"`):
             A registered policy (`rift_hf.policies.policy_names()`): built in `full`, `swa`, `snapkv`, `rift-stat`,
-            `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's) and `page-ahead` (ours).
+            `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's), `page-ahead` and `page-retrieval` (ours; the
+            default, the best retention measured: docs/results.md).
         budget (`int` or `float`, defaults to `0.25`):
             Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
             as a fraction of the prompt length (0.25 = "4x compression").
@@ -76,7 +77,7 @@ class RiftConfig:
     ```
     """
 
-    policy: str = "rift-stat"
+    policy: str = "page-retrieval"
     budget: int | float = 0.25
     rho: float | None = None
     n_sink: int = 0

@@ -100,7 +100,7 @@ def test_defaults_and_presets_work_on_short_prompts(pairs, name):
     target, draft = _pair(pairs, "qwen2")
     ids = make_prompt(20, seed=4)
     reference = target.generate(ids, max_new_tokens=16, do_sample=False)
-    for cache_config in (name, None if name == "rift-stat" else name):
+    for cache_config in (name, None if name == RiftConfig().policy else name):
         out = target.generate(
             ids,
             assistant_model=draft,
