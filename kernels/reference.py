@@ -109,6 +109,14 @@ def indexed_attention(
     return out.reshape(batch, h_q, length, dim).to(query.dtype)
 
 
+def _take_rows(store: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows `index` (`[B, H, N]`) of `store` (`[B, H, S, D]`) -> `[B, H, N, D]`: one row copy per index (an
+    `index_select` per head is several times faster on CPU than an element-wise `gather`)."""
+    batch, heads = store.shape[:2]
+    rows = [store[b, h].index_select(0, index[b, h]) for b in range(batch) for h in range(heads)]
+    return torch.stack(rows).view(batch, heads, index.shape[-1], store.shape[-1])
+
+
 def retrieved_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -135,9 +143,8 @@ def retrieved_attention(
     batch, h_q, length, dim = query.shape
     h_kv, k_sel = key.shape[1], index.shape[-1]
     group = h_q // h_kv
-    gather = index.reshape(batch, h_kv, length * k_sel, 1).expand(-1, -1, -1, dim)
-    k = torch.gather(key, 2, gather).view(batch, h_kv, length, k_sel, dim)
-    v = torch.gather(value, 2, gather).view(batch, h_kv, length, k_sel, dim)
+    k = _take_rows(key, index.reshape(batch, h_kv, length * k_sel)).view(batch, h_kv, length, k_sel, dim)
+    v = _take_rows(value, index.reshape(batch, h_kv, length * k_sel)).view(batch, h_kv, length, k_sel, dim)
     if sinks is None and softcap is None and batch == 1:
         # Each query position is its own batch entry of torch's SDPA (in the model's dtype, like the other backends).
         out = F.scaled_dot_product_attention(

@@ -70,25 +70,35 @@ class PageRetrieval(RiftStaticBlock):
         batch, h_kv, n_pages = summaries.shape[:3]
         length = query.shape[2]
         n_pick = selected // page
-        device = query.device
-        positions = torch.arange(first, first + length, device=device)  # [L]
-        # Candidate pages end before the window of their query starts: j < (p - recent + 1 - n_sink) // page.
-        limit = ((positions - recent + 1 - n_sink) // page).clamp(max=n_pages)  # [L]
-        if int((first - recent + 1 - n_sink) // page) < n_pick or n_pages < n_pick:
+        if (first - recent + 1 - n_sink) // page < n_pick or n_pages < n_pick:
             raise RuntimeError(
                 f"Internal error: page-retrieval at position {first} has fewer than {n_pick} candidate pages."
             )
-        shares = torch.softmax(self._masked(self.page_scores(query, summaries, scale), limit), dim=-1).mean(2)
-        pages = shares.topk(n_pick, dim=-1).indices  # [B, H_kv, L, n_pick]
-        offsets = torch.arange(page, device=device)
-        rows = (n_sink + pages[..., None] * page + offsets).flatten(-2)  # [B, H_kv, L, n_pick * page]
-        window = positions[:, None] - torch.arange(recent - 1, -1, -1, device=device)  # [L, recent]
-        sinks = torch.arange(n_sink, device=device).expand(length, -1)
-        fixed = torch.cat([sinks, window], dim=-1).expand(batch, h_kv, -1, -1)
-        return torch.cat([fixed[..., :n_sink], rows, fixed[..., n_sink:]], dim=-1)
+        hidden, offsets, fixed = self._layout(first, length, n_pages, recent, query.device)
+        scores = self.page_scores(query, summaries, scale)
+        if hidden is not None:
+            scores = scores.masked_fill_(hidden, float("-inf"))
+        pages = torch.softmax(scores, dim=-1).mean(2).topk(n_pick, dim=-1).indices  # [B, H_kv, L, n_pick]
+        rows = (pages[..., None] * page + offsets).flatten(-2)  # [B, H_kv, L, n_pick * page]
+        return torch.cat([rows, fixed.expand(batch, h_kv, -1, -1)], dim=-1)
 
-    @staticmethod
-    def _masked(scores: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
-        """Scores `[B, H_kv, G, L, n]` with the pages at or past each query's `limit` (`[L]`) set to -inf."""
-        columns = torch.arange(scores.shape[-1], device=scores.device)
-        return scores.masked_fill(columns >= limit[:, None], float("-inf"))
+    def _layout(self, first: int, length: int, n_pages: int, recent: int, device):
+        """
+        What does not depend on the layer, computed once per forward and shared by every layer: the mask of pages
+        each query may not pick (`[L, n_pages]`, None if none), row offsets inside a page (`+ n_sink`), and each
+        query's sinks and recent window (`[L, n_sink + recent]`).
+        """
+        key = (first, length, n_pages, recent, device)
+        if getattr(self, "_layout_key", None) == key:
+            return self._layout_value
+        page, n_sink = self.config.block_size, self.config.n_sink
+        positions = torch.arange(first, first + length, device=device)  # [L]
+        # Candidate pages end before the window of their query starts: j < (p - recent + 1 - n_sink) // page.
+        limit = (positions - recent + 1 - n_sink) // page
+        hidden = torch.arange(n_pages, device=device) >= limit[:, None]
+        window = positions[:, None] - torch.arange(recent - 1, -1, -1, device=device)  # [L, recent]
+        fixed = torch.cat([torch.arange(n_sink, device=device).expand(length, -1), window], dim=-1)
+        offsets = torch.arange(page, device=device) + n_sink
+        self._layout_key = key
+        self._layout_value = (hidden if bool(hidden.any()) else None, offsets, fixed)
+        return self._layout_value
