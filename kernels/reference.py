@@ -100,13 +100,19 @@ def indexed_attention(
     rows = torch.arange(k_sel, device=query.device)
     own = torch.arange(k_sel - length, k_sel, device=query.device)
     logits = logits.masked_fill(rows[None, :] > own[:, None], float("-inf"))
-    if sinks is not None:
-        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, length, 1)
-        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        probs = torch.softmax(logits, dim=-1)
+    probs = _softmax_with_sinks(logits, sinks)
     out = torch.einsum("bhglk,bhkd->bhgld", probs, v)
     return out.reshape(batch, h_q, length, dim).to(query.dtype)
+
+
+def _softmax_with_sinks(logits: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Softmax of `[B, H_kv, G, L, K]` logits over K, with optional per-query-head sink logits (`[H_q]`) in the
+    denominator only."""
+    if sinks is None:
+        return torch.softmax(logits, dim=-1)
+    batch, h_kv, group, length = logits.shape[:4]
+    sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, length, 1)
+    return torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
 
 
 def _take_rows(store: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -160,10 +166,6 @@ def retrieved_attention(
     logits = torch.einsum("bhgld,bhlkd->bhglk", q, k) * scale
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
-    if sinks is not None:
-        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, length, 1)
-        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        probs = torch.softmax(logits, dim=-1)
+    probs = _softmax_with_sinks(logits, sinks)
     out = torch.einsum("bhglk,bhlkd->bhgld", probs, v)
     return out.reshape(batch, h_q, length, dim).to(query.dtype)
