@@ -505,7 +505,7 @@ def markdown_table(result: dict) -> str:
         lines.append(
             f"| {s['policy']} | {s['al']:.2f} | {retention} | {_fmt(s['draft_ms_per_token'], '.1f')} | "
             f"{_fmt(s['tokens_per_s'], '.2f')} | {_fmt(s['speedup'], '.2f') + 'x' if s['speedup'] else '-'} | "
-            f"{'-' if s['lossless'] is None or s['policy'] == TRANSFORMERS else 'yes' if s['lossless'] else 'NO'} |"
+            f"{'-' if s['lossless'] is None else 'yes' if s['lossless'] else 'NO'} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -705,10 +705,9 @@ def main(argv=None) -> None:
         return
     for name in ("result", "path"):
         path = getattr(args, name, None)
-        folder_ok = args.command == "table" and Path(path or "").is_dir()  # a replay run's folder
-        if path is not None and not (args.command == "summary" and args.rebuild) and not Path(path).is_file():
-            if folder_ok:
-                continue
+        if path is None or (args.command == "summary" and args.rebuild) or Path(path).is_file():
+            continue
+        if not (args.command == "table" and Path(path).is_dir()):  # `table` also takes a replay run's folder
             parser.error(f"{path} does not exist")
     if args.command in ("card",) and not (args.out / "eval.json").is_file():
         parser.error(f"{args.out} has no eval.json: run `rift-hf train --out {args.out}` first")
@@ -804,8 +803,6 @@ def main(argv=None) -> None:
                 write_into_readme(table, args.readme, args.block)
             print(table)
             return
-        if not args.result.is_file():
-            parser.error(f"no such file: {args.result}")
         if args.result.suffix == ".jsonl":
             table = rows_table([json.loads(line) for line in args.result.read_text().splitlines() if line.strip()])
         else:

@@ -9,10 +9,10 @@ compressed cache reads, plus one summary row per page (1/8 of the keys).
 Quest (Tang et al. 2024, arXiv 2406.10774) ranks pages by an upper bound of `q . k`, `sum_d max(q_d min_d, q_d max_d)`.
 On our real drafter (Qwen2.5-Coder-0.5B, grouped-query attention) and 16-token pages that bound kept 0.61 of the
 full-cache AL on a repeat prompt at 8x where the midrange score kept 0.90; with 8-token pages, 0.96 vs 1.00 (replay,
-2026-11-30; docs/results.md). With grouped-query attention one selection serves the whole group of query heads of
-a KV head: each head's scores become a softmax over pages (the share of that head's attention a page would take),
-averaged over the group. Only whole pages that end before the recent window starts are candidates, so the three
-parts never overlap and every query attends `budget` distinct rows.
+2026-11-30; benchmarks/results/E1/qwen-coder/replay-page-retrieval-variants/). With grouped-query attention one
+selection serves the whole group of query heads of a KV head: each head's scores become a softmax over pages (the
+share of that head's attention a page would take), averaged over the group. Only whole pages that end before the
+recent window starts are candidates, so the three parts never overlap and every query attends `budget` distinct rows.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class PageRetrieval(RiftStaticBlock):
     retrieves = True
     rho = 0.125
     block_size = 8
+    _layout_key: tuple | None = None  # what `_layout` last computed for (shared by the layers of one forward)
 
     def summarise(self, keys: torch.Tensor) -> torch.Tensor:
         """`[B, H_kv, n, page, D]` keys of `n` whole pages -> their summaries `[B, H_kv, n, D]` (the midrange key)."""
@@ -89,7 +90,7 @@ class PageRetrieval(RiftStaticBlock):
         query's sinks and recent window (`[L, n_sink + recent]`).
         """
         key = (first, length, n_pages, recent, device)
-        if getattr(self, "_layout_key", None) == key:
+        if self._layout_key == key:
             return self._layout_value
         page, n_sink = self.config.block_size, self.config.n_sink
         positions = torch.arange(first, first + length, device=device)  # [L]
@@ -100,5 +101,7 @@ class PageRetrieval(RiftStaticBlock):
         fixed = torch.cat([torch.arange(n_sink, device=device).expand(length, -1), window], dim=-1)
         offsets = torch.arange(page, device=device) + n_sink
         self._layout_key = key
-        self._layout_value = (hidden if bool(hidden.any()) else None, offsets, fixed)
+        # The earliest query has the smallest limit: some page is hidden iff its limit falls short of the pages.
+        some_hidden = (first - recent + 1 - n_sink) // page < n_pages  # Python ints: no host sync
+        self._layout_value = (hidden if some_hidden else None, offsets, fixed)
         return self._layout_value
