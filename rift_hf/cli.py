@@ -545,8 +545,8 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     from .training.card import write_card
 
     target_spec, draft_spec = PRESETS[preset]
-    teacher = json.loads((out / "eval.json").read_text()).get("teacher_top_k")
-    name = f"{draft_spec.name}-rift-{'target-' if teacher else ''}distilled"
+    result = json.loads((out / "eval.json").read_text())
+    name = f"{draft_spec.name}-{result.get('policy', 'rift')}-{'' if result.get('teacher_top_k') else 'self-'}distilled"
     write_card(
         out / "eval.json",
         [out / "model", card_dir / name],
@@ -646,15 +646,25 @@ def main(argv=None) -> None:
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
     train.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
-    train.add_argument("--steps", type=int, default=30, help="optimiser steps")
-    train.add_argument("--seq-tokens", type=int, default=384, help="tokens per training sequence")
-    train.add_argument("--eval-prompts", type=int, default=3, help="held-out prompts for the before/after evaluation")
-    train.add_argument("--eval-tokens", type=int, default=768, help="prompt tokens per evaluation prompt")
-    train.add_argument("--new-tokens", type=int, default=48, help="tokens generated per evaluation prompt")
-    train.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
+    train.add_argument("--steps", type=int, default=120, help="optimiser steps (one sequence each)")
+    train.add_argument("--policy", default="rift-stat", help="the policy trained for (and evaluated)")
+    train.add_argument("--compressions", default="4,8", help="compressions evaluated; budgets sampled between them")
+    train.add_argument("--prompt-tokens", type=int, default=768, help="source tokens per training prompt")
+    train.add_argument("--answer-tokens", type=int, default=256, help="answer tokens after each training prompt")
     train.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
+    train.add_argument("--unmasked-rate", type=float, default=0.25, help="share of steps without compression")
+    train.add_argument("--eval-input-tokens", type=int, default=4096, help="replay evaluation: prompt tokens")
+    train.add_argument("--eval-new-tokens", type=int, default=512, help="replay evaluation: new tokens per prompt")
+    train.add_argument("--eval-per-task", type=int, default=8, help="replay evaluation: prompts per regime")
+    train.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
+    train.add_argument("--window", type=int, default=64, help="observation window of the policy")
     train.add_argument(
-        "--teacher", choices=("self", "target"), default="self", help="distil from the frozen drafter or the target"
+        "--before", type=Path, help="replay folder of the untouched drafter to resume; None: <out>/replay-before"
+    )
+    train.add_argument("--after", type=Path, help="where the after-training replay rows go; None: <out>/replay-after")
+    train.add_argument("--no-replay", action="store_true", help="proxy evaluation only (a short hyper-parameter look)")
+    train.add_argument(
+        "--teacher", choices=("self", "target"), default="target", help="distil from the target or the frozen drafter"
     )
     train.add_argument("--top-k", type=int, default=64, help="target teacher: log-probs kept per position (on disk)")
     trained = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
@@ -714,21 +724,37 @@ def main(argv=None) -> None:
     if args.command == "train":
         from .training.recipe import run
 
+        try:
+            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
+        except ValueError:
+            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
+        if args.policy not in rift_hf.POLICIES or args.policy == "full":
+            compressing = ", ".join(p for p in rift_hf.POLICIES if p != "full")
+            parser.error(f"--policy must be a compressing policy: {compressing}")
         result = run(
             args.preset,
             args.steps,
-            args.seq_tokens,
-            args.eval_prompts,
-            args.eval_tokens,
-            args.new_tokens,
-            args.gamma,
-            args.learning_rate,
             args.out,
+            policy=args.policy,
+            compressions=compressions,
+            learning_rate=args.learning_rate,
             teacher=args.teacher,
             top_k=args.top_k,
+            prompt_tokens=args.prompt_tokens,
+            answer_tokens=args.answer_tokens,
+            unmasked_rate=args.unmasked_rate,
+            window=args.window,
+            eval_input_tokens=args.eval_input_tokens,
+            eval_new_tokens=args.eval_new_tokens,
+            eval_per_task=args.eval_per_task,
+            gamma=args.gamma,
+            replay=not args.no_replay,
+            before_dir=args.before,
+            after_dir=args.after,
         )
-        _card(args.preset, args.out, args.card_dir)
-        print(json.dumps({k: result[k] for k in ("before", "after", "train_seconds")}, indent=2))
+        if result["after"] is not None:
+            _card(args.preset, args.out, args.card_dir)
+        print(json.dumps({k: result[k] for k in ("proxy_before", "proxy_after", "train_seconds")}, indent=2))
         return
     if args.command == "replay":
         from .replay import replay_compare

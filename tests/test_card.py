@@ -1,46 +1,86 @@
+import json
+
+import pytest
 from huggingface_hub import ModelCard
 
 from rift_hf.training.card import write_card
 
+
+def _entry(al, retention, lo, hi, prompts=2):
+    return {"al": al, "retention": retention, "retention_min": lo, "retention_max": hi, "prompts": prompts}
+
+
+def _side(full_al, repeat, cont):
+    return {
+        "full": {
+            **_entry(full_al, 1.0, 1.0, 1.0, 4),
+            "by_task": {"continue": _entry(full_al, 1.0, 1.0, 1.0), "repeat": _entry(full_al, 1.0, 1.0, 1.0)},
+        },
+        "rift-stat 4x": {
+            **_entry(2.5, (repeat + cont) / 2, 0.4, 0.9, 4),
+            "by_task": {"continue": _entry(3.0, cont, 0.7, 0.9), "repeat": _entry(2.0, repeat, 0.4, 0.6)},
+        },
+    }
+
+
 RESULT = {
     "base_model": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    "teacher": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+    "teacher_top_k": 64,
+    "policy": "rift-stat",
+    "compressions": [4.0],
     "steps": 3,
+    "sequences": 2,
     "seq_tokens": 64,
     "tokens_seen": 192,
+    "prompt_tokens": 48,
+    "answer_tokens": 16,
+    "unmasked_rate": 0.25,
     "trainable_parameters": 1000,
     "learning_rate": 2e-5,
     "train_seconds": 60.0,
     "total_seconds": 120.0,
     "train_modules": ["pathlib"],
-    "eval_modules": ["continue:argparse", "continue:textwrap"],
-    "eval_tokens": [700, 710],
-    "new_tokens": 48,
+    "proxy_modules": ["optparse"],
+    "eval": {"method": "replay", "input_tokens": 4096, "new_tokens": 512, "per_task": 2, "gamma": 11, "window": 64},
     "gamma": 11,
-    "recommended_config": {"policy": "rift-stat", "budget": 0.25, "window": 32},
+    "window": 64,
+    "recommended_config": {"policy": "rift-stat", "budget": 0.25, "window": 64},
     "machine": "cpu",
-    "date": "2026-11-29",
-    "before": {"full": {"al": 5.0, "retention": 1.0}, "rift-stat 4x": {"al": 2.5, "retention": 0.5}},
-    "after": {"full": {"al": 4.9, "retention": 1.0}, "rift-stat 4x": {"al": 3.0, "retention": 0.6}},
+    "date": "2026-11-30",
+    "proxy_before": {"full": {"agreement": 0.8, "retention": 1.0}, "rift-stat 4x": {"agreement": 0.6, "retention": 0.75}},
+    "proxy_after": {"full": {"agreement": 0.8, "retention": 1.0}, "rift-stat 4x": {"agreement": 0.64, "retention": 0.8}},
+    "before": _side(5.0, 0.5, 0.8),
+    "after": _side(4.9, 0.56, 0.82),
 }
 
 
-def test_card_renders_with_results_and_valid_metadata(tmp_path):
-    import json
+def _write(tmp_path, result):
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    args = ("drafter-x", "qwen-1.5b", "Apache-2.0", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    write_card(tmp_path / "eval.json", [tmp_path / "hub", tmp_path / "cards"], *args)
+    return (tmp_path / "cards" / "README.md").read_text()
 
-    (tmp_path / "eval.json").write_text(json.dumps(RESULT))
-    write_card(
-        tmp_path / "eval.json",
-        [tmp_path / "hub", tmp_path / "cards"],
-        "drafter-x",
-        "qwen-1.5b",
-        "Apache-2.0",
-        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-    )
-    text = (tmp_path / "cards" / "README.md").read_text()
-    assert "| rift-stat 4x | 2.50 | 3.00 | 0.500 | 0.600 |" in text
-    assert "Full-cache AL change: -2.0%" in text and "does not meet" in text
-    assert "Retention change: rift-stat 4x +0.100. Retention improved for rift-stat 4x." in text
+
+def test_card_renders_per_regime_results_the_verdict_and_valid_metadata(tmp_path):
+    text = _write(tmp_path, RESULT)
+    assert "| rift-stat 4x | repeat | 2.00 | 2.00 | 0.500 (0.40-0.60) | 0.560 (0.40-0.60) |" in text
+    assert "| rift-stat 4x | continue | 3.00 | 3.00 | 0.800 (0.70-0.90) | 0.820 (0.70-0.90) |" in text
+    assert "Full-cache AL change: -2.0%" in text
+    # continue gained only 0.02 and the full-cache AL fell by 2%: the goal is not met, and the card says so.
+    assert "is **not met**: retention change continue +0.020, repeat +0.060; full-cache AL -2.0%" in text
+    assert "| rift-stat 4x | 0.600 | 0.640 | 0.750 | 0.800 |" in text
     card = ModelCard.load(tmp_path / "hub" / "README.md")
     results = {r.metric_name: r.metric_value for r in card.data.eval_results}
-    assert results == {"AL retention, rift-stat 4x": 0.6, "AL, full cache": 4.9}
+    assert results == {"AL retention, rift-stat 4x": 0.69, "AL, full cache": 4.9}
     assert card.data.base_model == RESULT["base_model"] and "speculative-decoding" in card.data.tags
+
+
+def test_card_says_met_only_when_every_regime_gains_enough(tmp_path):
+    result = {**RESULT, "after": _side(5.0, 0.56, 0.86)}
+    assert "is met: continue +0.060, repeat +0.060." in _write(tmp_path, result)
+
+
+def test_card_refuses_an_eval_without_replay(tmp_path):
+    with pytest.raises(ValueError, match="rerun"):
+        _write(tmp_path, {**RESULT, "after": None})

@@ -193,3 +193,16 @@ def test_trainer_distils_from_a_cached_top_k_target_teacher(tmp_path):
     )
     RiftDistillationTrainer(model=student, args=args, train_dataset=WithTeacher(), sampler=sampler).train()
     assert loss() < 0.8 * before
+
+
+@pytest.mark.parametrize("policy", ["swa", "snapkv", "rift-stat", "rift-stat-block", "rift-dyn"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_fast_masks_equal_the_forward_per_position(arch, policy):
+    model = tiny_model(arch, seed=6, attn="rift")
+    ids = make_prompt(56, seed=7)
+    config = {"policy": policy, **CONFIG}
+    fast = compressed_attention_masks(model, ids, 33, config)
+    slow = compressed_attention_masks(model, ids, 33, config, fast=False)
+    assert fast.keys() == slow.keys()
+    for index, mask in fast.items():
+        assert bool(mask.equal(slow[index])), index

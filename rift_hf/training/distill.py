@@ -155,7 +155,9 @@ class RiftDistillationTrainer(Trainer):
         teacher (`PreTrainedModel`, *optional*): the target (same vocabulary) or a frozen copy of the drafter; when
             `None`, a batch may carry precomputed teacher outputs: `teacher_top_k_indices` and
             `teacher_top_k_log_probs` (`[B, T, k]`, from `teacher_top_k`) or dense `teacher_logits` (`[B, T, V]`);
-            else the drafter's own unmasked logits are the teacher (self-distillation).
+            else the drafter's own unmasked logits are the teacher (self-distillation). A batch may also carry
+            `boundary` (`[B]`, the prompt length of each sequence): the compressed cache then starts there, as at
+            inference after that prompt, instead of at the sampler's sampled fraction.
     """
 
     def __init__(self, *args, sampler: CompressionSampler, teacher=None, **kwargs):
@@ -183,7 +185,8 @@ class RiftDistillationTrainer(Trainer):
         losses = []
         for index in range(input_ids.shape[0]):
             ids = input_ids[index : index + 1]
-            boundary = min(max(1, int(fraction * ids.shape[1])), ids.shape[1] - 1)
+            boundary = int(inputs["boundary"][index]) if "boundary" in inputs else int(fraction * ids.shape[1])
+            boundary = min(max(1, boundary), ids.shape[1] - 1)
             masks = compressed_attention_masks(model, ids, boundary, config) if config is not None else None
             teacher = self._teacher_logits(model, ids, inputs, index)
             with masked_attention(masks):

@@ -1,13 +1,27 @@
 """The whole compressibility recipe on a real preset: evaluate, distil, evaluate again, write a Hub-ready folder.
 
-    rift-hf train --preset qwen-coder --steps 40 --out ~/.cache/rift-hf/trained/qwen-coder-rift
+    rift-hf train --preset qwen-coder --steps 120 --out ~/.cache/rift-hf/trained/qwen-coder-rift-stat
 
-Training text and evaluation prompts come from disjoint sets of standard-library modules (`TRAIN_MODULES` versus
-`rift_hf.prompts.MODULES`). The teacher is either the drafter's own full-context logits from a frozen copy
-(`teacher="self"`, self-distillation: draft under compression what the uncompressed drafter would) or the target's
-(`teacher="target"`, the tokens the drafter is judged against), whose top-k log-probabilities are computed once and
-kept in `<out>/teacher-top<k>.safetensors`. Only the attention projections are trained (partial fine-tuning), which
-keeps a CPU run to minutes.
+Training sequences are shaped like the evaluation's use: a `repeat` or `continue` chat prompt built from a
+standard-library module (`rift_hf.prompts.build_prompt`) followed by its known answer (the text to repeat, or the
+module's next tokens). The compressed cache starts at the prompt's end, as it does after a real prefill. Training,
+hyper-parameter proxy and evaluation modules are disjoint (`TRAIN_MODULES`, `PROXY_MODULES`,
+`rift_hf.prompts.MODULES`).
+
+The teacher is the target (`teacher="target"`: the tokens the drafter is judged against; its top-k
+log-probabilities are computed once into `<out>/teacher-top<k>.safetensors`) or a frozen copy of the drafter
+(`teacher="self"`). Only the attention projections train (fp32). Training is resumable: the `Trainer` checkpoints
+to `<out>/trainer` and a rerun with the same `out` continues from the last checkpoint.
+
+Two evaluations, before and after:
+- a proxy, cheap enough for a hyper-parameter look: on held-out proxy sequences, the share of answer positions where
+  the drafter's argmax equals the target's, under each evaluated cache (teacher-forced masks) and with the full
+  cache; proxy retention = the ratio;
+- acceptance length by exact replay (`rift_hf.replay`) on the `rift-hf replay` prompt set (8 prompts per regime,
+  ~4K tokens, 512 new by default) for the full cache and each (policy, compression); retention per prompt = AL / the
+  same drafter's full-cache AL on that prompt. `before_dir` may name an existing replay folder of the untouched
+  drafter (e.g. `benchmarks/results/E1/...`), which the before-evaluation resumes instead of recomputing; `after_dir`
+puts the after-evaluation's rows elsewhere than `<out>/replay-after` (e.g. next to the results kept in the repo).
 """
 
 from __future__ import annotations
@@ -21,7 +35,6 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..config import RiftConfig
 
@@ -37,64 +50,134 @@ TRAIN_MODULES = (
     "fractions",
     "statistics",
     "heapq",
-    "bisect",
-    "string",
-    "glob",
-    "fnmatch",
-    "copy",
+    "ftplib",
+    "imaplib",
+    "mailbox",
+    "inspect",
+    "subprocess",
+    "threading",
+    "tempfile",
+    "gzip",
+    "pdb",
+    "tokenize",
+    "urllib.parse",
+    "http.server",
+    "plistlib",
+    "ast",
+    "dataclasses",
+    "enum",
+    "functools",
+    "typing",
+    "uuid",
+    "ipaddress",
+    "random",
+    "locale",
+    "pickle",
+    "_pyio",
 )
+PROXY_MODULES = ("optparse", "nntplib", "zipimport", "trace")
 TRAINABLE = ("q_proj", "k_proj", "v_proj", "o_proj")
+TASKS = ("repeat", "continue")
 
 
-def acceptance_lengths(target, draft, prompts, configs: dict[str, dict], new_tokens: int, gamma: int) -> dict:
-    """AL per named cache config on every prompt (γ fixed, constant schedule, threshold 0)."""
-    import rift_hf
+def training_sequences(tokenizer, modules, prompt_tokens: int, answer_tokens: int, tasks=TASKS) -> list[dict]:
+    """
+    One sequence per module and task: `build_prompt`'s chat prompt of `prompt_tokens` source tokens followed by
+    `answer_tokens` tokens of its known answer (`repeat`: the text itself; `continue`: the module's next tokens).
+    Returns dicts with `input_ids` (`[T]`), `boundary` (the prompt length) and `name`. A module too short for a
+    prompt and its answer is left out.
+    """
+    from ..prompts import build_prompt, source_text
 
-    from ..models import fix_draft_length
+    items = []
+    for module in modules:
+        ids = tokenizer(source_text(module), add_special_tokens=False)["input_ids"]
+        if len(ids) < prompt_tokens + answer_tokens:
+            continue
+        for task in tasks:
+            prompt = build_prompt(tokenizer, module, task, prompt_tokens)
+            answer = ids[prompt_tokens : prompt_tokens + answer_tokens] if task == "continue" else ids[:answer_tokens]
+            sequence = torch.cat([prompt.input_ids[0], torch.tensor(answer, dtype=prompt.input_ids.dtype)])
+            items.append({"input_ids": sequence, "boundary": prompt.tokens, "name": prompt.name})
+    if not items:
+        raise ValueError(f"No module is {prompt_tokens + answer_tokens} tokens long; lower prompt or answer tokens.")
+    return items
 
-    fix_draft_length(draft, gamma=gamma)
-    out = {name: [] for name in configs}
-    for prompt in tqdm(prompts, desc="evaluate"):
+
+@torch.no_grad()
+def proxy_agreement(draft, items, top_k, configs: dict[str, dict | None]) -> dict[str, float]:
+    """
+    Teacher-forced agreement with the target: per named cache config (None: the full cache), the share of answer
+    positions (after each item's `boundary`) where the drafter's argmax equals the target's (`top_k`'s first index).
+    """
+    from .masks import compressed_attention_masks, masked_attention
+
+    was_training = draft.training
+    draft.eval()
+    hits = {name: 0 for name in configs}
+    total = 0
+    for item, (indices, _) in zip(items, top_k, strict=True):
+        ids, boundary = item["input_ids"][None].to(draft.device), item["boundary"]
+        target = indices[boundary:, 0].to(draft.device)
+        total += target.numel()
         for name, config in configs.items():
-            with torch.no_grad():
-                target.generate(
-                    prompt.input_ids.to(target.device),
-                    assistant_model=draft,
-                    max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens,
-                    do_sample=False,
-                    cache_implementation="rift",
-                    cache_config=config,
-                )
-            out[name].append(rift_hf.last_stats(target).acceptance_length)
-    return out
+            masks = None if config is None else compressed_attention_masks(draft, ids, boundary, config)
+            with masked_attention(masks):
+                logits = draft(ids).logits[0, boundary:]
+            hits[name] += int((logits.argmax(-1) == target).sum())
+    draft.train(was_training)
+    return {name: hits[name] / total for name in configs}
 
 
-def _summarise(als: dict[str, list[float]]) -> dict:
-    full = als["full"]
+def replay_summary(run_dir: Path, policies, compressions) -> dict:
+    """
+    `{"full": ..., "<policy> <c>x": ...}` from a replay folder's rows: mean AL, mean per-prompt retention with its
+    min/max, per regime (`by_task`) and over all prompts; `prompts` names the prompts measured.
+    """
     rows = {}
-    for name, values in als.items():
-        retention = [v / f for v, f in zip(values, full, strict=True)]
-        rows[name] = {
-            "al": statistics.mean(values),
+    for compression in compressions:
+        path = Path(run_dir) / f"{compression:g}x" / "rows.jsonl"
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            label = row["policy"] if row["policy"] == "full" else f"{row['policy']} {compression:g}x"
+            if row["policy"] == "full" or row["policy"] in policies:
+                rows.setdefault(label, {})[row["prompt"]] = row
+    full = rows["full"]
+
+    def stats(selected: list[dict]) -> dict:
+        retention = [r["al"] / full[r["prompt"]]["al"] for r in selected]
+        return {
+            "al": statistics.mean(r["al"] for r in selected),
             "retention": statistics.mean(retention),
             "retention_min": min(retention),
             "retention_max": max(retention),
-            "per_prompt": values,
+            "prompts": len(selected),
         }
-    return rows
+
+    def tasks(selected: list[dict]) -> list[str]:
+        return sorted({r["task"] for r in selected})
+
+    out = {}
+    for label, by_prompt in rows.items():
+        selected = [r for name, r in by_prompt.items() if name in full]
+        out[label] = {
+            **stats(selected),
+            "by_task": {task: stats([r for r in selected if r["task"] == task]) for task in tasks(selected)},
+            "per_prompt": {r["prompt"]: r["al"] for r in selected},
+        }
+    return out
 
 
 class _Sequences(torch.utils.data.Dataset):
-    def __init__(self, sequences, teacher_top_k=None):
-        self.sequences = sequences
+    def __init__(self, items, teacher_top_k=None):
+        self.items = items
         self.teacher_top_k = teacher_top_k
 
     def __len__(self):
-        return len(self.sequences)
+        return len(self.items)
 
     def __getitem__(self, index):
-        item = {"input_ids": self.sequences[index]}
+        item = {"input_ids": self.items[index]["input_ids"], "boundary": self.items[index]["boundary"]}
         if self.teacher_top_k is not None:
             item["teacher_top_k_indices"], item["teacher_top_k_log_probs"] = self.teacher_top_k[index]
         return item
@@ -103,21 +186,33 @@ class _Sequences(torch.utils.data.Dataset):
 def run(
     preset: str,
     steps: int,
-    seq_tokens: int,
-    eval_prompts: int,
-    eval_tokens: int,
-    new_tokens: int,
-    gamma: int,
-    learning_rate: float,
     out: Path,
-    window: int = 32,
-    teacher: str = "self",
+    *,
+    policy: str = "rift-stat",
+    compressions=(4.0, 8.0),
+    learning_rate: float = 2e-5,
+    teacher: str = "target",
     top_k: int = 64,
+    prompt_tokens: int = 768,
+    answer_tokens: int = 256,
+    unmasked_rate: float = 0.25,
+    window: int = 64,
+    delta: int = 128,
+    eval_input_tokens: int = 4096,
+    eval_new_tokens: int = 512,
+    eval_per_task: int = 8,
+    gamma: int = 11,
+    replay: bool = True,
+    before_dir: Path | None = None,
+    after_dir: Path | None = None,
+    targets_dir: Path = Path("benchmarks/results/targets"),
+    save_steps: int = 20,
 ) -> dict:
+    """Evaluate, distil for `policy` at budgets between the `compressions`, evaluate again; write `out`."""
     from transformers import AutoTokenizer, TrainingArguments
 
     from ..models import PRESETS, ensure_local, load_model
-    from ..prompts import build_prompt, prompt_set
+    from ..replay import replay_compare
     from .distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
 
     tick = time.perf_counter()
@@ -125,36 +220,64 @@ def run(
         raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
     if teacher not in ("self", "target"):
         raise ValueError(f"`teacher` must be 'self' (the drafter's full-context logits) or 'target', got {teacher!r}.")
+    compressions = sorted(float(c) for c in compressions)
+    if not compressions or compressions[0] <= 1:
+        raise ValueError(f"`compressions` must be numbers > 1 (4 keeps a quarter), got {compressions}.")
+    RiftConfig(policy=policy)  # an unknown policy fails now, not after the teacher pass
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     target_spec, draft_spec = PRESETS[preset]
+    tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
+    train_items = training_sequences(tokenizer, TRAIN_MODULES, prompt_tokens, answer_tokens)
+    proxy_items = training_sequences(tokenizer, PROXY_MODULES, prompt_tokens, answer_tokens)
     target = load_model(target_spec, torch.bfloat16)
+    # Target top-1 for the proxy always; the training teacher's top-k when the target teaches.
+    proxy_sequences = [i["input_ids"] for i in proxy_items]
+    proxy_top = teacher_top_k(target, proxy_sequences, top_k, out / f"proxy-top{top_k}.safetensors")
+    train_top = None
+    if teacher == "target":
+        sequences = [i["input_ids"] for i in train_items]
+        train_top = teacher_top_k(target, sequences, top_k, out / f"teacher-top{top_k}.safetensors")
+    del target
     # The drafter trains in fp32: bf16 weights would round most small updates away.
     draft = load_model(draft_spec, torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
-    held_out = prompt_set(tokenizer, eval_tokens, eval_prompts, tasks=("continue",))
-    configs = {
-        "full": {"policy": "full"},
-        "rift-stat 4x": {"policy": "rift-stat", "budget": 0.25, "window": window},
-        "rift-stat 8x": {"policy": "rift-stat", "budget": 0.125, "window": window},
+    generation = copy.deepcopy(draft.generation_config)  # replay fixes the draft length on it; saved as loaded
+    evaluated = {"full": None} | {
+        f"{policy} {c:g}x": {"policy": policy, "budget": 1.0 / c, "window": window, "delta": delta}
+        for c in compressions
     }
-    before = _summarise(acceptance_lengths(target, draft, held_out, configs, new_tokens, gamma))
 
-    sequences = [build_prompt(tokenizer, module, "continue", seq_tokens).input_ids[0] for module in TRAIN_MODULES]
-    if teacher == "target":
-        teacher_model, top = None, teacher_top_k(target, sequences, top_k, out / f"teacher-top{top_k}.safetensors")
-    else:
-        teacher_model, top = copy.deepcopy(draft), None
+    def proxy() -> dict:
+        agreement = proxy_agreement(draft, proxy_items, proxy_top, evaluated)
+        return {name: {"agreement": a, "retention": a / agreement["full"]} for name, a in agreement.items()}
+
+    def replayed(folder: Path) -> dict | None:
+        if not replay:
+            return None
+        replay_compare(
+            preset, ["full", policy], compressions, eval_input_tokens, eval_new_tokens, eval_per_task, gamma, window,
+            delta, folder, targets_dir=targets_dir, models=(None, draft, tokenizer), summary_path=None,
+            experiment="training",
+        )  # fmt: skip
+        return replay_summary(folder, [policy], compressions)
+
+    proxy_before = proxy()
+    before_dir = Path(before_dir) if before_dir is not None else out / "replay-before"
+    before = replayed(before_dir)
+
+    teacher_model = copy.deepcopy(draft) if teacher == "self" else None
     for name, parameter in draft.named_parameters():
         parameter.requires_grad_(name.rsplit(".", 2)[-2] in TRAINABLE)
     trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     sampler = CompressionSampler(
-        boundary=(0.6, 0.8),
-        budget=(0.125, 0.25),
-        policies=("rift-stat", "swa"),
-        unmasked_rate=0.25,
-        overrides={"window": window},
+        budget=(1.0 / compressions[-1], 1.0 / compressions[0] if len(compressions) > 1 else 1.0 / compressions[0]),
+        policies=(policy,),
+        unmasked_rate=unmasked_rate,
+        overrides={"window": window, "delta": delta},
     )
+    checkpoints = out / "trainer"
     args = TrainingArguments(
-        output_dir=str(out / "trainer"),
+        output_dir=str(checkpoints),
         per_device_train_batch_size=1,
         max_steps=steps,
         learning_rate=learning_rate,
@@ -163,22 +286,31 @@ def run(
         report_to=[],
         remove_unused_columns=False,
         use_cpu=not torch.cuda.is_available(),
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=save_steps,
+        save_total_limit=1,
+        save_only_model=False,
         bf16=False,
+        seed=0,
     )
     trainer = RiftDistillationTrainer(
-        model=draft, args=args, train_dataset=_Sequences(sequences, top), sampler=sampler, teacher=teacher_model
+        model=draft, args=args, train_dataset=_Sequences(train_items, train_top), sampler=sampler, teacher=teacher_model
     )
+    resume = any(checkpoints.glob("checkpoint-*"))
     train_tick = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume or None)
     train_seconds = time.perf_counter() - train_tick
     draft.eval()
-    after = _summarise(acceptance_lengths(target, draft, held_out, configs, new_tokens, gamma))
+    for parameter in draft.parameters():
+        parameter.requires_grad_(False)
+    proxy_after = proxy()
+    after_dir = Path(after_dir) if after_dir is not None else out / "replay-after"
+    after = replayed(after_dir)
 
-    recommended = {"policy": "rift-stat", "budget": 0.25, "window": window}
-    out.mkdir(parents=True, exist_ok=True)
+    recommended = {"policy": policy, "budget": 1.0 / compressions[0], "window": window}
     # The generation config stays plain transformers (a drafter must load and draft anywhere); the recommended
     # RiftConfig goes into its own file, which rift reads with RiftConfig.from_pretrained.
+    draft.generation_config = generation
     draft.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     RiftConfig.from_dict(recommended).save_pretrained(out / "model")
@@ -187,28 +319,43 @@ def run(
         "base_model": draft_spec.upstream,
         "teacher": target_spec.upstream if teacher == "target" else "self (frozen full-context drafter)",
         "teacher_top_k": top_k if teacher == "target" else None,
+        "policy": policy,
+        "compressions": compressions,
         "steps": steps,
-        "sequences": len(sequences),
-        "tokens_seen": steps * seq_tokens,
-        "seq_tokens": seq_tokens,
+        "sequences": len(train_items),
+        "seq_tokens": round(statistics.mean(len(i["input_ids"]) for i in train_items)),
+        "tokens_seen": steps * round(statistics.mean(len(i["input_ids"]) for i in train_items)),
+        "prompt_tokens": prompt_tokens,
+        "answer_tokens": answer_tokens,
+        "unmasked_rate": unmasked_rate,
         "trainable_parameters": trainable,
         "learning_rate": learning_rate,
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - tick,
-        "train_modules": TRAIN_MODULES,
-        "eval_modules": [p.name for p in held_out],
-        "eval_tokens": [p.tokens for p in held_out],
-        "new_tokens": new_tokens,
+        "train_modules": [m for m in TRAIN_MODULES if any(i["name"].endswith(f":{m}") for i in train_items)],
+        "proxy_modules": list(PROXY_MODULES),
+        "eval": {
+            "method": "replay",
+            "input_tokens": eval_input_tokens,
+            "new_tokens": eval_new_tokens,
+            "per_task": eval_per_task,
+            "gamma": gamma,
+            "window": window,
+            "before_dir": str(before_dir),
+            "after_dir": str(after_dir),
+        },
         "gamma": gamma,
         "window": window,
         "recommended_config": recommended,
+        "proxy_before": proxy_before,
+        "proxy_after": proxy_after,
         "before": before,
         "after": after,
         "loss_log": [e["loss"] for e in trainer.state.log_history if "loss" in e],
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads (CPU)"
         if not torch.cuda.is_available()
         else torch.cuda.get_device_name(),
-        "dtype": str(draft.dtype).split(".")[-1],
+        "dtype": "float32 (drafter, training and replay); target bfloat16",
         "date": datetime.date.today().isoformat(),
     }
     (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
