@@ -652,6 +652,7 @@ def main(argv=None) -> None:
     train.add_argument("--prompt-tokens", type=int, default=768, help="source tokens per training prompt")
     train.add_argument("--answer-tokens", type=int, default=256, help="answer tokens after each training prompt")
     train.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
+    train.add_argument("--save-steps", type=int, default=20, help="checkpoint interval (a rerun resumes from the last)")
     train.add_argument("--unmasked-rate", type=float, default=0.25, help="share of steps without compression")
     train.add_argument("--eval-input-tokens", type=int, default=4096, help="replay evaluation: prompt tokens")
     train.add_argument("--eval-new-tokens", type=int, default=512, help="replay evaluation: new tokens per prompt")
@@ -751,6 +752,7 @@ def main(argv=None) -> None:
             replay=not args.no_replay,
             before_dir=args.before,
             after_dir=args.after,
+            save_steps=args.save_steps,
         )
         if result["after"] is not None:
             _card(args.preset, args.out, args.card_dir)
