@@ -528,7 +528,14 @@ def replay_compare(
     results = []
     for compression in compressions:
         run_dir = Path(out_dir) / f"{compression:g}x"
-        runs = [done[compression][p.name, policy] for p in prompts for policy in policies]
+        # The policies asked for, then any other one the folder already holds for every prompt (a run that continues
+        # a folder with fewer policies must not drop the others from compare.json).
+        held = dict.fromkeys(policy for _, policy in done[compression])
+        kept = [
+            *policies,
+            *(q for q in held if q not in policies and all((p.name, q) in done[compression] for p in prompts)),
+        ]
+        runs = [done[compression][p.name, policy] for p in prompts for policy in kept]
         result = {
             "experiment": experiment,
             "method": "replay",
@@ -547,7 +554,7 @@ def replay_compare(
             "dtype": f"drafter {dtype}, target {target_dtype}",
             "machine": machine(),
             "date": datetime.date.today().isoformat(),
-            "summary": summarise(runs, policies),
+            "summary": summarise(runs, kept),
             "runs": runs,
         }
         (run_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")

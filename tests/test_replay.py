@@ -216,6 +216,10 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     assert (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines() == rows
     again = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
     assert again["summary"] == result["summary"]
+    # Continuing the folder with fewer policies keeps the others (every prompt replayed) in compare.json.
+    main([a if a != "snapkv,rift-dyn" else "snapkv" for a in argv])
+    fewer = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    assert fewer["summary"] == result["summary"] and len(fewer["runs"]) == 6
     # Two prompts per task asked, one cached per task: --cached-only replays those and leaves the others out.
     wider = [a if a != "1" else "2" for a in argv] + ["--cached-only"]
     main(wider)
