@@ -564,6 +564,12 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
             link = os.path.relpath(path, page.parent)
             blocks.append(f"From [`{path.parent.as_posix()}`]({Path(link).as_posix()}):\n\n{results}\n")
         write_into_readme("\n".join(blocks), page, "training")
+    readme = Path("README.md")
+    if readme.exists() and "<!-- training-headline:start -->" in readme.read_text():
+        from .training.card import headline
+
+        line = headline(json.loads((out / "eval.json").read_text()), name)
+        write_into_readme(line + "\n", readme, "training-headline")
 
 
 def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int) -> None:

@@ -84,3 +84,13 @@ def test_card_says_met_only_when_every_regime_gains_enough(tmp_path):
 def test_card_refuses_an_eval_without_replay(tmp_path):
     with pytest.raises(ValueError, match="rerun"):
         _write(tmp_path, {**RESULT, "after": None})
+
+
+def test_headline_is_one_line_with_the_trained_policy_and_the_verdict():
+    from rift_hf.training.card import headline
+
+    line = headline(RESULT, "drafter-x")
+    assert line == (
+        "`drafter-x` (4 prompts, replay): rift-stat 4x retention continue 0.80 → 0.82, repeat 0.50 → 0.56; "
+        "full-cache AL -2.0%; goal (+0.05 on every regime) not met."
+    )

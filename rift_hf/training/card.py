@@ -119,6 +119,21 @@ def _verdict(result: dict) -> str:
     return f"{goal} is **not met**: retention change {changes}; full-cache AL {full_change:+.1%}."
 
 
+def headline(result: dict, model_name: str) -> str:
+    """One line for the README: the trained-for policy's retention before -> after per regime, and the verdict."""
+    before, after = result["before"], result["after"]
+    trained = f"{result['policy']} {min(result['compressions']):g}x"
+    parts = ", ".join(
+        f"{task} {before[trained]['by_task'][task]['retention']:.2f} → {entry['retention']:.2f}"
+        for task, entry in after[trained]["by_task"].items()
+    )
+    verdict = "goal met" if " is met" in _verdict(result) else f"goal (+{TARGET_GAIN} on every regime) not met"
+    return (
+        f"`{model_name}` ({after['full']['prompts']} prompts, replay): {trained} retention {parts}; full-cache AL "
+        f"{after['full']['al'] / before['full']['al'] - 1:+.1%}; {verdict}."
+    )
+
+
 def build_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
     if result.get("eval", {}).get("method") != "replay" or not result.get("after"):
         raise ValueError(
