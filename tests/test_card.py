@@ -48,8 +48,14 @@ RESULT = {
     "recommended_config": {"policy": "rift-stat", "budget": 0.25, "window": 64},
     "machine": "cpu",
     "date": "2026-11-30",
-    "proxy_before": {"full": {"agreement": 0.8, "retention": 1.0}, "rift-stat 4x": {"agreement": 0.6, "retention": 0.75}},
-    "proxy_after": {"full": {"agreement": 0.8, "retention": 1.0}, "rift-stat 4x": {"agreement": 0.64, "retention": 0.8}},
+    "proxy_before": {
+        "full": {"agreement": 0.8, "retention": 1.0},
+        "rift-stat 4x": {"agreement": 0.6, "retention": 0.75},
+    },
+    "proxy_after": {
+        "full": {"agreement": 0.8, "retention": 1.0},
+        "rift-stat 4x": {"agreement": 0.64, "retention": 0.8},
+    },
     "before": _side(5.0, 0.5, 0.8),
     "after": _side(4.9, 0.56, 0.82),
 }
