@@ -499,27 +499,32 @@ def replay_compare(
     ]
     prefill, prefill_of = None, None  # one prompt's recorded prefill at a time (~100s of MB at 4K tokens)
     for prompt, record, compression, policy in tqdm(todo, desc="replay"):
-        if prefill_of != prompt.name:
-            prefill, prefill_of = capture_prefill(draft, record, largest_window), prompt.name
-        tick = time.perf_counter()
-        stats = replay(draft, record, configs[compression, policy], prefill=prefill)
-        row = {
-            "prompt": prompt.name,
-            "task": prompt.task,
-            "policy": policy,
-            "input_tokens": prompt.tokens,
-            "output_tokens": record.output_ids.shape[1],
-            "budget": stats.budget,
-            "al": stats.acceptance_length,
-            "rounds": len(stats.rounds),
-            "accepted": [r["accepted"] for r in stats.rounds],
-            "rescorings": len(stats.rescorings),
-            "rescoring_events": stats.rescorings,
-            "attention_mass": stats.attention_mass,
-            "peak_kv_bytes": stats.peak_kv_bytes,
-            "peak_store_bytes": stats.peak_store_bytes,
-            "replay_seconds": time.perf_counter() - tick,
-        }
+        # An uncompressed cache does not depend on the compression: its row at another compression is reused.
+        same = [done[c][prompt.name, policy] for c in compressions if (prompt.name, policy) in done[c]]
+        if same and not configs[compression, policy].policy_object.compresses:
+            row = same[0]
+        else:
+            if prefill_of != prompt.name:
+                prefill, prefill_of = capture_prefill(draft, record, largest_window), prompt.name
+            tick = time.perf_counter()
+            stats = replay(draft, record, configs[compression, policy], prefill=prefill)
+            row = {
+                "prompt": prompt.name,
+                "task": prompt.task,
+                "policy": policy,
+                "input_tokens": prompt.tokens,
+                "output_tokens": record.output_ids.shape[1],
+                "budget": stats.budget,
+                "al": stats.acceptance_length,
+                "rounds": len(stats.rounds),
+                "accepted": [r["accepted"] for r in stats.rounds],
+                "rescorings": len(stats.rescorings),
+                "rescoring_events": stats.rescorings,
+                "attention_mass": stats.attention_mass,
+                "peak_kv_bytes": stats.peak_kv_bytes,
+                "peak_store_bytes": stats.peak_store_bytes,
+                "replay_seconds": time.perf_counter() - tick,
+            }
         rows_path = Path(out_dir) / f"{compression:g}x" / "rows.jsonl"
         rows_path.parent.mkdir(parents=True, exist_ok=True)
         with rows_path.open("a") as handle:

@@ -291,3 +291,24 @@ def test_replay_cli_on_your_own_prompts(tmp_path):
     main(["table", str(out / "4x" / "rows.jsonl"), "--readme", str(readme), "--block", "mine"])
     table = readme.read_text()
     assert "| repeat:0 |" in table and "| full | - |" in table and table.count("| 1.000 |") == 2
+
+
+def test_replay_reuses_the_full_cache_row_across_compressions(tmp_path, monkeypatch):
+    import json
+
+    import rift_hf.replay as module
+    from rift_hf.cli import main
+
+    calls = []
+    real = module.replay
+    monkeypatch.setattr(module, "replay", lambda *a, **k: calls.append(a[2].policy) or real(*a, **k))
+    argv = ["replay", "--preset", "tiny-random", "--policies", "snapkv", "--compressions", "4,8"]
+    argv += ["--input-tokens", "96", "--new-tokens", "16", "--per-task", "1", "--window", "8", "--tasks", "repeat"]
+    argv += ["--targets", str(tmp_path / "t"), "--out", str(tmp_path / "o"), "--summary", str(tmp_path / "s.json")]
+    main(argv)
+    assert calls == ["full", "snapkv", "snapkv"]  # full replayed once, for both compressions
+    rows = {
+        c: [json.loads(x) for x in (tmp_path / "o" / c / "rows.jsonl").read_text().splitlines()] for c in ("4x", "8x")
+    }
+    full = {c: next(r for r in rows[c] if r["policy"] == "full") for c in rows}
+    assert full["4x"] == full["8x"]
