@@ -98,5 +98,5 @@ def test_headline_is_one_line_with_the_trained_policy_and_the_verdict():
     line = headline(RESULT, "drafter-x")
     assert line == (
         "`drafter-x` (4 prompts, replay): rift-stat 4x retention continue 0.80 → 0.82, repeat 0.50 → 0.56; "
-        "full-cache AL -2.0%; goal (+0.05 on every regime) not met."
+        "full-cache AL -2.0%; goal not met."
     )

@@ -127,7 +127,7 @@ def headline(result: dict, model_name: str) -> str:
         f"{task} {before[trained]['by_task'][task]['retention']:.2f} → {entry['retention']:.2f}"
         for task, entry in after[trained]["by_task"].items()
     )
-    verdict = "goal met" if " is met" in _verdict(result) else f"goal (+{TARGET_GAIN} on every regime) not met"
+    verdict = "goal met" if " is met" in _verdict(result) else "goal not met"
     return (
         f"`{model_name}` ({after['full']['prompts']} prompts, replay): {trained} retention {parts}; full-cache AL "
         f"{after['full']['al'] / before['full']['al'] - 1:+.1%}; {verdict}."
