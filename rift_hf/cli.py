@@ -568,8 +568,7 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     if readme.exists() and "<!-- training-headline:start -->" in readme.read_text():
         from .training.card import headline
 
-        line = headline(json.loads((out / "eval.json").read_text()), name)
-        write_into_readme(line + "\n", readme, "training-headline")
+        write_into_readme(headline(result, name) + "\n", readme, "training-headline")
 
 
 def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int) -> None:

@@ -93,8 +93,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("RIFT_HF_HOME", Path.home() / ".cache" / "rift-hf")) / "models"
 
 
-def _assemble(spec: ModelSpec, dest: Path) -> None:
-    parts = spec.part_paths()
+def _assemble(spec: ModelSpec, parts: list[Path], dest: Path) -> None:
     digest = hashlib.sha256()
     total = sum(p.stat().st_size for p in parts)
     with open(dest, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=f"assemble {spec.name}") as bar:
@@ -138,13 +137,13 @@ def ensure_local(spec: ModelSpec) -> Path:
     if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
         return folder
     try:
-        spec.part_paths()
+        parts = spec.part_paths()
     except RuntimeError as missing:
         return _from_hub(spec, missing)
     work = cache_root() / f"{spec.name}.gguf-work"
     work.mkdir(parents=True, exist_ok=True)
     gguf = work / "model.gguf"
-    _assemble(spec, gguf)
+    _assemble(spec, parts, gguf)
     print(f"converting {spec.name} to safetensors (once; dequantising takes a minute)", file=sys.stderr)
     model = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.bfloat16)
     tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)

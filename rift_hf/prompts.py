@@ -76,16 +76,16 @@ class Prompt:
         return self.input_ids.shape[1]
 
 
-def _fit(tokenizer, text: str, n_tokens: int, offset: int = 0) -> str:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"][offset : offset + n_tokens]
+def _fit(tokenizer, text: str, n_tokens: int) -> str:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:n_tokens]
     return tokenizer.decode(ids)
 
 
-def build_prompt(tokenizer, source: str, task: str, n_tokens: int, offset: int = 0) -> Prompt:
-    """A chat prompt of about `n_tokens` tokens built from `source` (see `source_text`), from its `offset`-th token."""
+def build_prompt(tokenizer, source: str, task: str, n_tokens: int) -> Prompt:
+    """A chat prompt of about `n_tokens` tokens built from `source` (see `source_text`)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
-    text = _fit(tokenizer, source_text(source), n_tokens, offset)
+    text = _fit(tokenizer, source_text(source), n_tokens)
     code = ":" not in source
     fence, close = ("```python\n", "\n```") if code else ("", "")
     kind, noun = ("Python file", "file") if code else ("text", "text")

@@ -100,7 +100,8 @@ def _rows(before: dict, after: dict) -> list[str]:
     return rows
 
 
-def _verdict(result: dict) -> str:
+def _goal(result: dict) -> tuple[str, dict, float, bool]:
+    """The trained-for label, its retention gain per regime, the full-cache AL change, and whether the goal is met."""
     before, after = result["before"], result["after"]
     full_change = after["full"]["al"] / before["full"]["al"] - 1
     trained = f"{result['policy']} {min(result['compressions']):g}x"
@@ -108,8 +109,13 @@ def _verdict(result: dict) -> str:
         task: after[trained]["by_task"][task]["retention"] - before[trained]["by_task"][task]["retention"]
         for task in after[trained]["by_task"]
     }
-    changes = ", ".join(f"{task} {gain:+.3f}" for task, gain in gains.items())
     met = all(gain >= TARGET_GAIN for gain in gains.values()) and full_change >= -FULL_DROP
+    return trained, gains, full_change, met
+
+
+def _verdict(result: dict) -> str:
+    trained, gains, full_change, met = _goal(result)
+    changes = ", ".join(f"{task} {gain:+.3f}" for task, gain in gains.items())
     goal = (
         f"The recipe's goal (retention of {trained} up by at least {TARGET_GAIN} on every regime, full-cache AL not "
         f"lower by more than {FULL_DROP:.0%})"
@@ -122,15 +128,14 @@ def _verdict(result: dict) -> str:
 def headline(result: dict, model_name: str) -> str:
     """One line for the README: the trained-for policy's retention before -> after per regime, and the verdict."""
     before, after = result["before"], result["after"]
-    trained = f"{result['policy']} {min(result['compressions']):g}x"
+    trained, _, full_change, met = _goal(result)
     parts = ", ".join(
         f"{task} {before[trained]['by_task'][task]['retention']:.2f} → {entry['retention']:.2f}"
         for task, entry in after[trained]["by_task"].items()
     )
-    verdict = "goal met" if " is met" in _verdict(result) else "goal not met"
     return (
         f"`{model_name}` ({after['full']['prompts']} prompts, replay): {trained} retention {parts}; full-cache AL "
-        f"{after['full']['al'] / before['full']['al'] - 1:+.1%}; {verdict}."
+        f"{full_change:+.1%}; goal {'met' if met else 'not met'}."
     )
 
 

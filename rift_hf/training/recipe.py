@@ -154,15 +154,13 @@ def replay_summary(run_dir: Path, policies, compressions) -> dict:
             "prompts": len(selected),
         }
 
-    def tasks(selected: list[dict]) -> list[str]:
-        return sorted({r["task"] for r in selected})
-
     out = {}
     for label, by_prompt in rows.items():
         selected = [r for name, r in by_prompt.items() if name in full]
+        tasks = sorted({r["task"] for r in selected})
         out[label] = {
             **stats(selected),
-            "by_task": {task: stats([r for r in selected if r["task"] == task]) for task in tasks(selected)},
+            "by_task": {task: stats([r for r in selected if r["task"] == task]) for task in tasks},
             "per_prompt": {r["prompt"]: r["al"] for r in selected},
         }
     return out
@@ -223,7 +221,8 @@ def run(
     compressions = sorted(float(c) for c in compressions)
     if not compressions or compressions[0] <= 1:
         raise ValueError(f"`compressions` must be numbers > 1 (4 keeps a quarter), got {compressions}.")
-    RiftConfig(policy=policy)  # an unknown policy fails now, not after the teacher pass
+    if not RiftConfig(policy=policy).policy_object.compresses:  # an unknown policy fails here too, before any work
+        raise ValueError(f"`policy` must be a compressing policy to train for, got {policy!r}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     target_spec, draft_spec = PRESETS[preset]
@@ -270,7 +269,7 @@ def run(
         parameter.requires_grad_(name.rsplit(".", 2)[-2] in TRAINABLE)
     trainable = sum(p.numel() for p in draft.parameters() if p.requires_grad)
     sampler = CompressionSampler(
-        budget=(1.0 / compressions[-1], 1.0 / compressions[0] if len(compressions) > 1 else 1.0 / compressions[0]),
+        budget=(1.0 / compressions[-1], 1.0 / compressions[0]),
         policies=(policy,),
         unmasked_rate=unmasked_rate,
         overrides={"window": window, "delta": delta},
@@ -307,6 +306,7 @@ def run(
     after_dir = Path(after_dir) if after_dir is not None else out / "replay-after"
     after = replayed(after_dir)
 
+    seq_tokens = round(statistics.mean(len(i["input_ids"]) for i in train_items))
     recommended = {"policy": policy, "budget": 1.0 / compressions[0], "window": window}
     # The generation config stays plain transformers (a drafter must load and draft anywhere); the recommended
     # RiftConfig goes into its own file, which rift reads with RiftConfig.from_pretrained.
@@ -323,8 +323,8 @@ def run(
         "compressions": compressions,
         "steps": steps,
         "sequences": len(train_items),
-        "seq_tokens": round(statistics.mean(len(i["input_ids"]) for i in train_items)),
-        "tokens_seen": steps * round(statistics.mean(len(i["input_ids"]) for i in train_items)),
+        "seq_tokens": seq_tokens,
+        "tokens_seen": steps * seq_tokens,
         "prompt_tokens": prompt_tokens,
         "answer_tokens": answer_tokens,
         "unmasked_rate": unmasked_rate,
