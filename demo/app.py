@@ -2,23 +2,28 @@
 
     rift-hf demo --preset qwen-coder          # real models (see rift_hf/models.py)
     python demo/app.py --preset tiny-random   # random tiny models, starts in seconds (tests)
+    rift-hf demo --space OUT                  # a folder to upload as a Hugging Face Space
 
-Each policy's run streams in as the target verifies drafts: accepted draft tokens and target-corrected tokens are
-marked differently, with live acceptance length (AL), retention against `full`, drafter tokens/s and drafter KV
-memory; plots of AL over generation and of the attention mass the kept positions capture follow. The named API
-endpoint `compare` returns the per-policy numbers as JSON (for `gradio_client`).
+The target first runs alone (the speed every policy is compared with), then each chosen policy in turn; the table
+shows each row as queued, running or done. A policy's run streams in as the target verifies drafts: accepted draft
+tokens and target-corrected tokens are marked differently, with live acceptance length (AL), then its retention
+against `full`, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and drafter KV memory.
+Native plots show AL over generation, the attention mass the kept positions capture, and memory against AL. The named
+API endpoint `compare` returns the per-policy numbers as JSON (for `gradio_client`).
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 import gradio as gr
-import matplotlib
+import pandas as pd
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
@@ -26,13 +31,24 @@ from transformers.generation.streamers import BaseStreamer
 import rift_hf
 from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 POLICY_CHOICES = list(rift_hf.POLICIES)
+RECOMMENDED = rift_hf.RiftConfig().policy
 # The recommended policy (RiftConfig's default) beside the reference and the paper's policies.
-DEFAULT_POLICIES = ["full", "snapkv", "rift-stat", "rift-dyn", "page-retrieval"]
+DEFAULT_POLICIES = list(dict.fromkeys(["full", "snapkv", "rift-stat", "rift-dyn", RECOMMENDED]))
 DOCUMENTS = ("argparse", "textwrap", "difflib", "configparser")
+PRESETS = ["tiny-random", "qwen-coder", "gemma3-self"]
+TARGET_ALONE = "target alone"
+COLUMNS = [
+    "policy",
+    "status",
+    "AL",
+    "retention",
+    "tokens/s",
+    "speed-up vs target",
+    "drafter tokens/s",
+    "drafter KV MiB",
+    "store MiB",
+]
 
 
 @dataclass
@@ -91,22 +107,27 @@ class RoundStreamer(BaseStreamer):
 
 @dataclass
 class PolicyRun:
-    policy: str
+    policy: str  # a policy name, or TARGET_ALONE for the target without a drafter
+    status: str = "queued"  # queued -> running -> done
     spans: list = field(default_factory=list)  # (text, accepted: bool)
     al: float | None = None
     retention: float | None = None
+    tokens_per_s: float | None = None  # end to end: new tokens / wall time of generate
+    speedup: float | None = None  # tokens_per_s / the target alone's
     draft_tokens_per_s: float | None = None
     kv_mib: float | None = None
     store_mib: float | None = None
     rounds: list = field(default_factory=list)
     mass: list = field(default_factory=list)
-    done: bool = False
 
     def summary(self) -> dict:
         return {
             "policy": self.policy,
+            "status": self.status,
             "al": self.al,
             "retention": self.retention,
+            "tokens_per_s": self.tokens_per_s,
+            "speedup_vs_target": self.speedup,
             "draft_tokens_per_s": self.draft_tokens_per_s,
             "drafter_kv_mib": self.kv_mib,
             "store_mib": self.store_mib,
@@ -147,58 +168,76 @@ def run_policy(
     window: int,
     result: PolicyRun,
 ):
-    """Generator: runs one policy in a thread, yielding as each round arrives; closing it cancels the run."""
-    fix_draft_length(preset.draft, gamma=int(gamma))
-    budget_tokens = max(1, int(budget * ids.shape[1]))
-    config = {
-        "policy": policy,
-        "budget": float(budget),
-        "window": max(1, min(window, budget_tokens // 2)),
-        "delta": 32,
-        "track_attention_mass": policy != "full",
-    }
-    streamer = RoundStreamer()
+    """Generator: runs one policy (or the target alone) in a thread, yielding as each round arrives; closing it
+    cancels the run."""
+    alone = policy == TARGET_ALONE
+    kwargs = {}
+    if not alone:
+        fix_draft_length(preset.draft, gamma=int(gamma))
+        budget_tokens = max(1, int(budget * ids.shape[1]))
+        config = {
+            "policy": policy,
+            "budget": float(budget),
+            "window": max(1, min(window, budget_tokens // 2)),
+            "delta": 32,
+            "track_attention_mass": policy != "full",
+        }
+        kwargs = {"assistant_model": preset.draft, "cache_implementation": "rift", "cache_config": config}
+    streamer = None if alone else RoundStreamer()
     error: list = []
+    seconds: list = []
     cancelled = threading.Event()
+    finished = threading.Event()
 
     def work():
         try:
             with torch.no_grad():
+                start = time.perf_counter()
                 preset.target.generate(
                     ids.to(preset.target.device),
-                    assistant_model=preset.draft,
                     max_new_tokens=int(new_tokens),
                     min_new_tokens=int(new_tokens),
                     do_sample=False,
                     streamer=streamer,
                     stopping_criteria=StoppingCriteriaList([StopOn(cancelled)]),
-                    cache_implementation="rift",
-                    cache_config=config,
+                    **kwargs,
                 )
+                seconds.append(time.perf_counter() - start)
         except Exception as err:  # reported in the page, the app keeps serving
             error.append(err)
-            streamer.end()
+            if streamer is not None:
+                streamer.end()
+        finally:
+            finished.set()
 
+    result.status = "running"
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
     try:
-        yield from _follow(preset, streamer, result)
+        if alone:  # nothing streams: yield now and then so that a cancel can close this generator
+            while not finished.wait(0.25):
+                yield
+        else:
+            yield from _follow(preset, streamer, result)
     finally:
         # Cancelled (the page's Cancel closes this generator) or done: stop generate and wait for it, so the next
         # queued run never shares the models with a running one.
         cancelled.set()
         thread.join()
     if error:
+        result.status = "failed"
         raise gr.Error(f"{policy} failed: {error[0]}")
-    stats = rift_hf.last_stats(preset.target)
-    decode = stats.rounds[1:]
-    seconds = sum(r["draft_seconds"] for r in decode)
-    result.draft_tokens_per_s = sum(r["drafted"] for r in decode) / seconds if seconds else None
-    result.kv_mib = stats.peak_kv_bytes / 2**20
-    result.store_mib = stats.peak_store_bytes / 2**20
-    result.mass = stats.attention_mass
-    result.al = stats.acceptance_length
-    result.done = True
+    result.tokens_per_s = int(new_tokens) / seconds[0]
+    if not alone:
+        stats = rift_hf.last_stats(preset.target)
+        decode = stats.rounds[1:]
+        drafted = sum(r["draft_seconds"] for r in decode)
+        result.draft_tokens_per_s = sum(r["drafted"] for r in decode) / drafted if drafted else None
+        result.kv_mib = stats.peak_kv_bytes / 2**20
+        result.store_mib = stats.peak_store_bytes / 2**20
+        result.mass = stats.attention_mass
+        result.al = stats.acceptance_length
+    result.status = "done"
     yield
 
 
@@ -224,17 +263,23 @@ class StopOn(StoppingCriteria):
         return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
+def _fmt(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
 def render(runs: list[PolicyRun]) -> str:
+    """Each policy's text, accepted drafts and target tokens marked, under a line of live numbers."""
     blocks = []
     for run in runs:
+        if run.policy == TARGET_ALONE:
+            continue
         text = "".join(f'<span class="{"acc" if ok else "tgt"}">{html.escape(piece)}</span>' for piece, ok in run.spans)
-        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         stats = (
-            f'AL <b class="al" data-policy="{run.policy}">{fmt(run.al, ".2f")}</b> · retention '
-            f"{fmt(run.retention, '.2f')} · drafter {fmt(run.draft_tokens_per_s, '.1f')} tok/s · "
-            f"drafter KV {fmt(run.kv_mib, '.2f')} MiB (+ full store {fmt(run.store_mib, '.2f')} MiB, kept for "
-            "rescoring or the attention-mass plot)"
-            f"{'' if run.done else ' · running…'}"
+            f'<span class="status" data-policy="{run.policy}">{run.status}</span> · '
+            f'AL <b class="al" data-policy="{run.policy}">{_fmt(run.al, ".2f")}</b> · retention '
+            f"{_fmt(run.retention, '.2f')} · {_fmt(run.speedup, '.2f')}x the target alone · drafter "
+            f"{_fmt(run.draft_tokens_per_s, '.1f')} tok/s · drafter KV {_fmt(run.kv_mib, '.2f')} MiB (+ full store "
+            f"{_fmt(run.store_mib, '.2f')} MiB, kept for rescoring or the attention-mass plot)"
         )
         blocks.append(
             f'<div class="policy"><h4>{run.policy}</h4><div class="stats">{stats}</div>'
@@ -247,31 +292,62 @@ def render(runs: list[PolicyRun]) -> str:
     return legend + "".join(blocks)
 
 
-def plot(runs: list[PolicyRun]):
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
+def table(runs: list[PolicyRun]) -> pd.DataFrame:
+    """One row per run (the target alone first), with its status; numbers rounded for reading."""
+
+    def num(value, digits):
+        return None if value is None else round(value, digits)
+
+    rows = [
+        [
+            run.policy,
+            run.status,
+            num(run.al, 2),
+            num(run.retention, 2),
+            num(run.tokens_per_s, 1),
+            num(run.speedup, 2),
+            num(run.draft_tokens_per_s, 1),
+            num(run.kv_mib, 2),
+            num(run.store_mib, 2),
+        ]
+        for run in runs
+    ]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def al_curve(runs: list[PolicyRun]) -> pd.DataFrame:
+    """AL over generation: tokens per round, a moving mean over a tenth of the rounds, against generated tokens."""
+    rows = []
     for run in runs:
-        if run.rounds:
-            position, xs, ys = 0, [], []
-            for accepted in run.rounds:
-                position += accepted + 1
-                xs.append(position)
-                ys.append(accepted + 1)
-            window = max(1, len(ys) // 10)
-            smooth = [
-                sum(ys[max(0, i - window + 1) : i + 1]) / len(ys[max(0, i - window + 1) : i + 1])
-                for i in range(len(ys))
-            ]
-            left.plot(xs, smooth, label=run.policy)
-        if run.mass:
-            right.plot([p for p, _ in run.mass], [s for _, s in run.mass], label=run.policy)
-    left.set(title="AL over generation (moving mean)", xlabel="generated tokens", ylabel="tokens per round")
-    right.set(title="Attention mass on kept positions", xlabel="position", ylabel="share", ylim=(0, 1.05))
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        position, per_round = 0, []
+        for accepted in run.rounds:
+            position += accepted + 1
+            per_round.append(accepted + 1)
+            window = per_round[-max(1, len(run.rounds) // 10) :]
+            rows.append((run.policy, position, sum(window) / len(window)))
+    return pd.DataFrame(rows, columns=["policy", "generated tokens", "tokens per round"])
+
+
+def mass_curve(runs: list[PolicyRun]) -> pd.DataFrame:
+    rows = [(run.policy, position, share) for run in runs for position, share in run.mass]
+    return pd.DataFrame(rows, columns=["policy", "position", "attention mass kept"])
+
+
+def memory_points(runs: list[PolicyRun]) -> pd.DataFrame:
+    """AL against the drafter's KV bytes (working set, and working set plus the full store where one is kept)."""
+    rows = []
+    for run in runs:
+        if run.status == "done" and run.kv_mib is not None:
+            rows.append((run.policy, "working set", run.kv_mib, run.al))
+            if run.store_mib:
+                rows.append((run.policy, "working set + store", run.kv_mib + run.store_mib, run.al))
+    return pd.DataFrame(rows, columns=["policy", "memory", "drafter KV MiB", "AL"])
+
+
+def views(runs: list[PolicyRun], shown: list[str]):
+    picked = [r for r in runs if r.policy in shown]
+    drafted = [r for r in picked if r.policy != TARGET_ALONE]
+    return render(picked), table(picked), al_curve(drafted), mass_curve(drafted), memory_points(drafted)
 
 
 def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
@@ -284,7 +360,8 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
                 presets[name] = load_preset(name)
             return presets[name]
 
-    def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+    def runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+        """Yields the runs (the target alone, full, then the other policies) as they progress."""
         preset = get(preset_name)
         if document and document != "(none)" and not (prompt or "").strip():
             from rift_hf.prompts import build_prompt
@@ -298,24 +375,29 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
                 ids = build_prompt(preset.tokenizer, document, "repeat", 2048).input_ids
                 prompt = preset.tokenizer.decode(ids[0])
         ids = validate(preset, prompt, budget, gamma, policies, new_tokens)
-        order = ["full"] + [p for p in policies if p != "full"]  # retention needs the full-cache reference
-        runs = [PolicyRun(p) for p in order]
+        # The target alone gives the speed-up's reference; full (run first of the policies) gives retention's.
+        runs = [PolicyRun(p) for p in [TARGET_ALONE, "full"] + [p for p in policies if p != "full"]]
+        yield runs
+        alone, full = runs[0], runs[1]
         for run in runs:
             for _ in run_policy(preset, ids, run.policy, budget, gamma, new_tokens, 64, run):
-                yield render(runs), None, None
-            if run.policy != "full" and runs[0].al:
-                run.retention = run.al / runs[0].al
-            elif run.policy == "full":
-                run.retention = 1.0
-        shown = [r for r in runs if r.policy in policies]
-        yield render(shown), plot(shown), [r.summary() for r in shown]
+                yield runs
+            if run is not alone:
+                run.speedup = run.tokens_per_s / alone.tokens_per_s
+                run.retention = run.al / full.al if full.al else None
+            yield runs
+
+    def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+        for runs in runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+            yield views(runs, [TARGET_ALONE, *policies])
 
     def compare(
         preset_name: str, prompt: str, budget: float, gamma: int, policies: list[str], new_tokens: int
     ) -> list[dict]:
-        """Per-policy AL, retention, drafter tokens/s and KV memory, as JSON."""
-        *_, last = compare_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens)
-        return last[2]
+        """Per-policy AL, retention, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and
+        KV memory, as JSON."""
+        *_, runs = runs_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens)
+        return [run.summary() for run in runs if run.policy in policies]
 
     css = (
         ".acc{background:#c8f7c5} .tgt{background:#ffd8a8} pre.gen{white-space:pre-wrap;max-height:14em;"
@@ -324,10 +406,16 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
     with gr.Blocks(title="rift-hf: drafter cache policies, live") as app:
         gr.Markdown(
             "# rift-hf — drafter KV-cache policies side by side\nSame prompt, same target; the drafter's "
-            "cache is compressed to a budget by each policy. Output is always the target's own."
+            "cache is compressed to a budget by each policy. Output is always the target's own. The target first "
+            f"runs alone (the speed-up's reference). `{RECOMMENDED}` is the recommended policy."
         )
         with gr.Row():
-            preset = gr.Dropdown(["tiny-random", "qwen-coder", "gemma3-self"], value=default_preset, label="preset")
+            preset = gr.Dropdown(
+                PRESETS,
+                value=default_preset,
+                label="preset",
+                info="tiny-random has random weights: it shows the mechanics only, its numbers mean nothing",
+            )
             document = gr.Dropdown(["(none)", *DOCUMENTS], value="(none)", label="bundled long document")
             budget = gr.Slider(0.05, 0.9, value=0.25, step=0.05, label="budget (fraction of the prompt)")
             gamma = gr.Slider(1, 16, value=11, step=1, label="draft length γ")
@@ -337,13 +425,44 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         with gr.Row():
             run = gr.Button("Run", variant="primary", elem_id="run")
             cancel = gr.Button("Cancel", elem_id="cancel")
+        summary = gr.Dataframe(
+            table([]),
+            label="summary (end-to-end tokens/s include the drafter; speed-up against the target alone)",
+            elem_id="summary",
+            interactive=False,
+        )
+        with gr.Row():
+            al_plot = gr.LinePlot(
+                al_curve([]),
+                x="generated tokens",
+                y="tokens per round",
+                color="policy",
+                title="AL over generation (moving mean)",
+                elem_id="al-plot",
+            )
+            mass_plot = gr.LinePlot(
+                mass_curve([]),
+                x="position",
+                y="attention mass kept",
+                color="policy",
+                y_lim=[0, 1.05],
+                title="Attention mass on kept positions",
+                elem_id="mass-plot",
+            )
+            memory_plot = gr.ScatterPlot(
+                memory_points([]),
+                x="drafter KV MiB",
+                y="AL",
+                color="policy",
+                title="AL against drafter KV memory",
+                elem_id="memory-plot",
+                tooltip="all",
+            )
         output = gr.HTML(elem_id="output")
-        figure = gr.Plot(elem_id="plot", format="png")
-        table = gr.JSON(label="summary", elem_id="summary")
         event = run.click(
             compare_stream,
             [preset, prompt, document, budget, gamma, policies, new_tokens],
-            [output, figure, table],
+            [output, summary, al_plot, mass_plot, memory_plot],
             api_name="compare_stream",
         )
         cancel.click(None, None, None, cancels=[event])
@@ -351,6 +470,60 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
     app.queue(default_concurrency_limit=1)
     app.rift_css = css
     return app
+
+
+SPACE_APP = """# A Hugging Face Space running the rift-hf demo (written by `rift-hf demo --space`).
+import os
+
+from rift_hf.demo.app import build_app
+
+demo = build_app(os.environ.get("RIFT_DEMO_PRESET", "{preset}"))
+
+if __name__ == "__main__":
+    demo.launch(css=demo.rift_css)
+"""
+
+SPACE_README = """---
+title: rift-hf drafter cache policies
+emoji: ✂️
+sdk: gradio
+sdk_version: {gradio}
+app_file: app.py
+python_version: "3.11"
+---
+
+The rift-hf demo: one prompt, one target, the drafter's KV cache compressed by each policy, side by side. The Space
+runs the `{preset}` preset (set the `RIFT_DEMO_PRESET` variable to change it); the package is vendored in `rift_hf/`.
+"""
+
+
+def write_space(out, preset: str = "qwen-coder"):
+    """Write a folder to upload as a Gradio Space: `app.py`, `requirements.txt`, a README with the Space's metadata,
+    and the rift_hf package itself (kernels and demo included), so the Space needs nothing but PyPI."""
+    import importlib.metadata as metadata
+    import shutil
+    from pathlib import Path
+
+    import rift_hf.demo
+    import rift_hf.kernels
+
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join(PRESETS)}.")
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not empty: pass a new folder.")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "screenshot.png")
+    package = out / "rift_hf"
+    shutil.copytree(Path(rift_hf.__file__).parent, package, ignore=ignore)
+    for module, name in ((rift_hf.kernels, "kernels"), (rift_hf.demo, "demo")):
+        if not (package / name).exists():  # an editable install maps kernels/ and demo/ from the repo's top level
+            shutil.copytree(Path(module.__file__).parent, package / name, ignore=ignore)
+    requires = [r.split(";")[0].strip() for r in metadata.requires("rift-hf") or [] if "extra ==" not in r]
+    lines = [*requires, f"gradio=={gr.__version__}", "pandas"]
+    (out / "requirements.txt").write_text("\n".join(dict.fromkeys(lines)) + "\n")
+    (out / "app.py").write_text(SPACE_APP.format(preset=preset))
+    (out / "README.md").write_text(SPACE_README.format(preset=preset, gradio=gr.__version__))
+    return out
 
 
 def main(argv=None) -> None:
@@ -361,13 +534,27 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--preset",
-        default="tiny-random",
-        choices=["tiny-random", "qwen-coder", "gemma3-self"],
+        default=os.environ.get("RIFT_DEMO_PRESET", "tiny-random"),
+        choices=PRESETS,
         help="model preset (tiny-random starts in seconds and only shows the mechanics)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address the server listens on")
     parser.add_argument("--port", type=int, default=7860, help="port the server listens on")
+    parser.add_argument(
+        "--space",
+        metavar="OUT",
+        default=None,
+        help="write a Hugging Face Space folder (app.py, requirements.txt, README, the package) for --preset "
+        "to OUT instead of serving",
+    )
     args = parser.parse_args(argv)
+    if args.space:
+        try:
+            out = write_space(args.space, args.preset)
+        except ValueError as err:
+            parser.exit(2, f"rift-hf demo: error: {err}\n")
+        print(f"wrote a Space folder to {out}: upload it with `hf upload <you>/<space> {out} --repo-type space`")
+        return
     app = build_app(args.preset)
     app.launch(server_name=args.host, server_port=args.port, css=app.rift_css)
 

@@ -30,6 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 APP = Path(__file__).resolve().parent / "app.py"
+DEFAULT_POLICIES = ("full", "snapkv", "rift-stat", "rift-dyn", "page-retrieval")  # the page's default choice
 
 
 def free_port() -> int:
@@ -68,8 +69,32 @@ def serve(preset: str, startup_s: float = 600):
         proc.wait(timeout=30)
 
 
+# Records every status a policy row shows while the page runs (rows go queued -> running -> done).
+WATCH_STATUSES = """() => {
+  window.riftSeen = {};
+  const note = () => document.querySelectorAll('#output .status').forEach(e => {
+    (window.riftSeen[e.dataset.policy] ||= new Set()).add(e.textContent.trim());
+  });
+  new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+SEEN = "() => Object.fromEntries(Object.entries(window.riftSeen).map(([k, v]) => [k, [...v]]))"
+
+
+def read_table(page) -> list[dict]:
+    """The summary Dataframe as a list of {column: cell text}."""
+    return page.evaluate(
+        """() => {
+      const CELL = '[role=gridcell], td';
+      const head = [...document.querySelectorAll('#summary th[role=columnheader]')].map(th => th.title);
+      return [...document.querySelectorAll('#summary [role=row]')].filter(r => r.querySelector(CELL)).map(r =>
+        Object.fromEntries([...r.querySelectorAll(CELL)].map((td, i) => [head[i], td.innerText.trim()])));
+    }"""
+    )
+
+
 def run_in_browser(url, prompt, policies, new_tokens, out, user_data, preset=None, timeout_s=180):
-    """Type a prompt, pick policies, press Run, wait for every AL and the plot, then take a screenshot."""
+    """Type a prompt, pick policies, press Run, wait until every policy is done and the plots are drawn, then take
+    a screenshot. Returns the summary table's rows and the statuses each policy's row showed along the way."""
     from playwright.sync_api import sync_playwright
 
     if CHROMIUM is None:
@@ -80,7 +105,7 @@ def run_in_browser(url, prompt, policies, new_tokens, out, user_data, preset=Non
             executable_path=CHROMIUM,
             args=CHROMIUM_ARGS,
             headless=True,
-            viewport={"width": 1300, "height": 1500},
+            viewport={"width": 1300, "height": 1700},
         )
         page = browser.new_page()
         page.goto(url)
@@ -93,21 +118,30 @@ def run_in_browser(url, prompt, policies, new_tokens, out, user_data, preset=Non
             if (name in policies) != box.is_checked():
                 box.click()
         page.get_by_label("new tokens").fill(str(new_tokens))
+        page.evaluate(WATCH_STATUSES)
         page.locator("#run").click()
         page.wait_for_function(
-            "n => document.querySelectorAll('#output .al').length >= n && "
-            "[...document.querySelectorAll('#output .al')].every(e => !isNaN(parseFloat(e.textContent))) && "
-            "!document.querySelector('#output').textContent.includes('running')",
+            "n => { const s = [...document.querySelectorAll('#output .status')]; "
+            "return s.length >= n && s.every(e => e.textContent.trim() === 'done'); }",
             arg=len(policies),
             timeout=timeout_s * 1000,
         )
-        page.locator("#plot img").first.wait_for(timeout=timeout_s * 1000)
+        page.wait_for_function(
+            "n => { const rows = [...document.querySelectorAll('#summary [role=row]')]"
+            ".filter(r => r.querySelector('[role=gridcell], td'));"
+            " return rows.length === n + 1 && rows.every(r => r.innerText.includes('done')); }",
+            arg=len(policies),
+            timeout=timeout_s * 1000,
+        )
+        for plot in ("#al-plot", "#memory-plot"):
+            page.locator(f"{plot} canvas, {plot} svg").first.wait_for(timeout=timeout_s * 1000)
         shown = page.locator("#output .al").all_inner_texts()
         if len(shown) != len(policies) or not all(float(v) >= 1.0 for v in shown):
             raise AssertionError(f"expected a numeric AL per policy, got {shown}")
+        rows, seen = read_table(page), page.evaluate(SEEN)
         page.screenshot(path=str(out), full_page=True)
         browser.close()
-    return Path(out)
+    return rows, seen
 
 
 def main(argv=None) -> None:
@@ -126,7 +160,7 @@ def main(argv=None) -> None:
         run_in_browser(
             url,
             prompt,
-            ["full", "swa", "snapkv", "rift-stat", "rift-dyn"],
+            list(DEFAULT_POLICIES),
             args.new_tokens,
             args.out,
             profile,
