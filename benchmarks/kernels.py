@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rift_hf import kernels
+from rift_hf.tables import pipe_table
 
 # Qwen2.5-Coder-0.5B-Instruct (the qwen-coder drafter): 24 layers, 14 query heads, 2 KV heads, head dim 64.
 QWEN_05B = {"layers": 24, "h_q": 14, "h_kv": 2, "dim": 64, "hidden": 896, "intermediate": 4864, "vocab": 151936}
@@ -239,21 +240,32 @@ def markdown(result: dict) -> str:
     """The kernel result as markdown: where it was measured, then one table per part that was run."""
     blocks = [f"Measured on {result['device']}, {result['dtype']}, {result['date']} (`python -m benchmarks.kernels`)."]
     if result.get("window_scores"):
-        lines = ["| T | window | unfused PyTorch ms | Triton ms | speedup |", "|---|---|---|---|---|"]
-        for r in result["window_scores"]:
-            lines.append(
-                f"| {r['T']} | {r['W']} | {r['torch_unfused_ms']:.3f} | {r.get('triton_ms', float('nan')):.3f} | "
-                f"{r.get('speedup', float('nan')):.2f}x |"
-            )
+        rows = [
+            [
+                r["T"],
+                r["W"],
+                f"{r['torch_unfused_ms']:.3f}",
+                f"{r.get('triton_ms', float('nan')):.3f}",
+                f"{r.get('speedup', float('nan')):.2f}x",
+            ]  # fmt: skip
+            for r in result["window_scores"]
+        ]
+        lines = [pipe_table(["T", "window", "unfused PyTorch ms", "Triton ms", "speedup"], rows)]
         blocks.append("SnapKV window scores:\n\n" + "\n".join(lines))
     if result.get("indexed_attention"):
-        lines = ["| T | kept K | queries | SDPA on gathered copy ms | Triton in place ms | speedup |"]
-        lines.append("|---|---|---|---|---|---|")
-        for r in result["indexed_attention"]:
-            lines.append(
-                f"| {r['T']} | {r['K']} | {r['L']} | {r['sdpa_gathered_ms']:.3f} | "
-                f"{r.get('triton_ms', float('nan')):.3f} | {r.get('speedup', float('nan')):.2f}x |"
-            )
+        rows = [
+            [
+                r["T"],
+                r["K"],
+                r["L"],
+                f"{r['sdpa_gathered_ms']:.3f}",
+                f"{r.get('triton_ms', float('nan')):.3f}",
+                f"{r.get('speedup', float('nan')):.2f}x",
+            ]  # fmt: skip
+            for r in result["indexed_attention"]
+        ]
+        headers = ["T", "kept K", "queries", "SDPA on gathered copy ms", "Triton in place ms", "speedup"]
+        lines = [pipe_table(headers, rows)]
         blocks.append("Attention over the kept rows of the store:\n\n" + "\n".join(lines))
     if result.get("rescore_share"):
         r = result["rescore_share"]
@@ -265,13 +277,13 @@ def markdown(result: dict) -> str:
     if result.get("drafter_step"):
         names = ("full", "rift-stat", "rift-dyn")
         gpu = "full_gpu_ms" in result["drafter_step"][0]
-        head = "| T | budget | " + " | ".join(f"{n} ms" for n in names)
-        head += (" | " + " | ".join(f"{n} GPU ms" for n in names)) if gpu else ""
-        lines = [head + " |", "|---" * (2 + len(names) * (2 if gpu else 1)) + "|"]
+        headers = ["T", "budget"] + [f"{n} ms" for n in names] + ([f"{n} GPU ms" for n in names] if gpu else [])
+        rows = []
         for r in result["drafter_step"]:
             cells = [str(r["T"]), str(r["budget"])] + [f"{r[f'{n}_ms']:.1f}" for n in names]
             cells += [f"{r[f'{n}_gpu_ms']:.2f}" for n in names] if gpu else []
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append(cells)
+        lines = [pipe_table(headers, rows)]
         blocks.append(
             "One drafter decode step (whole model, one token; wall-clock median, and GPU kernel time from "
             "torch.profiler):\n\n" + "\n".join(lines)

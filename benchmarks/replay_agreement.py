@@ -26,6 +26,7 @@ from rift_hf.cli import machine, policy_config
 from rift_hf.models import PRESETS, fix_draft_length, load_model
 from rift_hf.prompts import prompt_set
 from rift_hf.replay import load_target_output, replay, save_target_output, target_output, target_output_path
+from rift_hf.tables import pipe_table
 
 
 def markdown(result: dict) -> str:
@@ -35,18 +36,23 @@ def markdown(result: dict) -> str:
         f"{result['new_tokens']} new tokens, gamma={result['gamma']}, drafter {result['drafter_dtype']}, target "
         f"{result['target_dtype']}, {result['machine']}, {result['date']}\n\n"
     )
-    lines = [
-        "| prompt | policy | AL real | AL replay | rounds equal | real output = target greedy | real s | replay s |",
-        "|---|---|---|---|---|---|---|---|",
+    headers = [
+        "prompt", "policy", "AL real", "AL replay", "rounds equal", "real output = target greedy", "real s", "replay s",
+    ]  # fmt: skip
+    rows = [
+        [
+            f"{r['prompt']} ({r['input_tokens']} tok)",
+            r["policy"],
+            f"{r['al_real']:.2f}",
+            f"{r['al_replay']:.2f}",
+            "yes" if r["same_rounds"] else f"no, from round {r['first_differing_round']}",
+            "yes" if r["real_output_is_target_greedy"] else "no",
+            f"{r['real_seconds']:.0f}",
+            f"{r['replay_seconds']:.0f}",
+        ]
+        for r in result["runs"]
     ]
-    for r in result["runs"]:
-        lines.append(
-            f"| {r['prompt']} ({r['input_tokens']} tok) | {r['policy']} | {r['al_real']:.2f} | {r['al_replay']:.2f} | "
-            f"{'yes' if r['same_rounds'] else 'no, from round ' + str(r['first_differing_round'])} | "
-            f"{'yes' if r['real_output_is_target_greedy'] else 'no'} | {r['real_seconds']:.0f} | "
-            f"{r['replay_seconds']:.0f} |"
-        )
-    return head + "\n".join(lines) + "\n"
+    return head + pipe_table(headers, rows) + "\n"
 
 
 def main(argv=None) -> dict:

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 from rift_hf.replay import load_prefill, record_prompt_forward
+from rift_hf.tables import pipe_table
 
 TINY = {"layers": 2, "h_q": 4, "h_kv": 2, "dim": 16, "hidden": 64, "intermediate": 96, "vocab": 96}
 
@@ -316,30 +317,41 @@ def markdown(result: dict) -> str:
         ]
     plain = [r for r in records if r["mode"] == "plain" and r["policy"] != "full"]
     if plain:
-        lines += [
-            "| policy | input | budget | ms/step | x full step at 1K | rescorings | rescoring share |",
-            "|---|---|---|---|---|---|---|",
+        rows = [
+            [
+                r["policy"],
+                r["input_tokens"],
+                r["budget"],
+                f"{r['ms_per_step']:.1f}",
+                f"{r['ratio_to_baseline']:.3f}",
+                r["rescorings"],
+                f"{100 * r['rescore_share']:.2f}%",
+            ]  # fmt: skip
+            for r in sorted(plain, key=lambda r: (r["policy"], r["input_tokens"], r["budget"]))
         ]
-        for r in sorted(plain, key=lambda r: (r["policy"], r["input_tokens"], r["budget"])):
-            lines.append(
-                f"| {r['policy']} | {r['input_tokens']} | {r['budget']} | {r['ms_per_step']:.1f} | "
-                f"{r['ratio_to_baseline']:.3f} | {r['rescorings']} | {100 * r['rescore_share']:.2f}% |"
-            )
+        headers = ["policy", "input", "budget", "ms/step", "x full step at 1K", "rescorings", "rescoring share"]
+        lines.append(pipe_table(headers, rows))
         lines.append("")
     assisted = [r for r in records if r["mode"] == "assisted"]
     if assisted:
         lines += [
             "Through the assisted loop (ms per drafted token, drafter only; loop: time outside its forwards):",
             "",
-            "| cache | input | budget | ms/drafted token | x full step at 1K | loop share | drafted |",
-            "|---|---|---|---|---|---|---|",
         ]
-        for r in assisted:
-            loop = "-" if r.get("loop_share") is None else f"{100 * r['loop_share']:.1f}%"
-            lines.append(
-                f"| {r['policy']} | {r['input_tokens']} | {r['budget'] or '-'} | {r['ms_per_step']:.1f} | "
-                f"{r['ratio_to_baseline']:.3f} | {loop} | {r['drafted']} |"
-            )
+        rows = [
+            [
+                r["policy"],
+                r["input_tokens"],
+                r["budget"] or "-",
+                f"{r['ms_per_step']:.1f}",
+                f"{r['ratio_to_baseline']:.3f}",
+                "-" if r.get("loop_share") is None else f"{100 * r['loop_share']:.1f}%",
+                r["drafted"],
+            ]  # fmt: skip
+            for r in assisted
+        ]
+        headers = ["cache", "input", "budget", "ms/drafted token", "x full step at 1K", "loop share", "drafted"]
+        lines.append(pipe_table(headers, rows))
         lines.append("")
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 import rift_hf
 
 from .models import PRESETS as MODEL_PRESETS
+from .tables import pipe_table
 
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval")
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
@@ -372,35 +373,40 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     for experiment in experiments or list(dict.fromkeys(r["experiment"] for r in records)):
         rows = [r for r in records if r["experiment"] == experiment]
         where = "; ".join(", ".join(sorted({str(r[k]) for r in rows})) for k in ("machine", "dtype", "date") if rows)
-        lines = [
-            f"**{experiment}** ({where})",
-            "",
-            "| preset | policy | compression | input | output | prompts | AL | retention | per prompt min / median / "
-            "max | drafter ms/token | rescorings | rescore share | peak KV MiB (working / store) | speedup |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
+        headers = [
+            "preset", "policy", "compression", "input", "output", "prompts", "AL", "retention",
+            "per prompt min / median / max", "drafter ms/token", "rescorings", "rescore share",
+            "peak KV MiB (working / store)", "speedup",
+        ]  # fmt: skip
         tracked = any(r.get("mass_early") is not None for r in rows)  # E2: staleness columns
         if tracked:
-            lines[2] += " AL 1st half → 2nd half | attention mass kept, 1st → last quarter |"
-            lines[3] += "---|---|"
+            headers += ["AL 1st half → 2nd half", "attention mass kept, 1st → last quarter"]
+        cells = []
         for r in rows:
-            line = (
-                f"| {r['preset']} | {r['policy']}{' (replay)' if r.get('method') == 'replay' else ''} | "
-                f"{r['compression']:g}x | {r['input_tokens']} | "
-                f"{r['output_tokens']} | {r.get('prompts', '-')} | {r['al']:.2f} | {r['retention']:.2f} | "
+            row = [
+                r["preset"],
+                f"{r['policy']}{' (replay)' if r.get('method') == 'replay' else ''}",
+                f"{r['compression']:g}x",
+                r["input_tokens"],
+                r["output_tokens"],
+                r.get("prompts", "-"),
+                f"{r['al']:.2f}",
+                f"{r['retention']:.2f}",
                 f"{_fmt(r.get('retention_min'), '.2f')} / {_fmt(r.get('retention_median'), '.2f')} / "
-                f"{_fmt(r.get('retention_max'), '.2f')} | {_fmt(r.get('draft_ms_per_token'), '.1f')} | "
-                f"{_fmt(r.get('rescorings'), '.1f')} | {_fmt(r.get('rescore_share'), '.3f')} | "
-                f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')} | "
-                f"{_fmt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') is not None else ''} |"
-            )
+                f"{_fmt(r.get('retention_max'), '.2f')}",
+                _fmt(r.get("draft_ms_per_token"), ".1f"),
+                _fmt(r.get("rescorings"), ".1f"),
+                _fmt(r.get("rescore_share"), ".3f"),
+                f"{_fmt(r.get('peak_kv_mib'), '.1f')} / {_fmt(r.get('peak_store_mib'), '.1f')}",
+                f"{_fmt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') is not None else ''}",
+            ]
             if tracked:
-                line += (
-                    f" {_fmt(r.get('al_early'), '.2f')} → {_fmt(r.get('al_late'), '.2f')} | "
-                    f"{_fmt(r.get('mass_early'), '.2f')} → {_fmt(r.get('mass_late'), '.2f')} |"
-                )
-            lines.append(line)
-        blocks.append("\n".join(lines) + "\n")
+                row += [
+                    f"{_fmt(r.get('al_early'), '.2f')} → {_fmt(r.get('al_late'), '.2f')}",
+                    f"{_fmt(r.get('mass_early'), '.2f')} → {_fmt(r.get('mass_late'), '.2f')}",
+                ]
+            cells.append(row)
+        blocks.append(f"**{experiment}** ({where})\n\n" + pipe_table(headers, cells) + "\n")
     return "\n".join(blocks)
 
 
@@ -442,18 +448,24 @@ def regime_rows(run_dir: Path) -> list[dict]:
 
 def regime_table(run_dir: Path) -> str:
     """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
-    lines = [
-        "| compression | policy | regime | prompts | retention mean | min / median / max | AL (full AL) | "
-        "peak store MiB |",
-        "|---|---|---|---|---|---|---|---|",
+    headers = [
+        "compression", "policy", "regime", "prompts", "retention mean", "min / median / max", "AL (full AL)",
+        "peak store MiB",
+    ]  # fmt: skip
+    rows = [
+        [
+            f"{r['compression']:g}x",
+            r["policy"],
+            r["task"],
+            r["prompts"],
+            f"{r['retention']:.3f}",
+            f"{r['retention_min']:.2f} / {r['retention_median']:.2f} / {r['retention_max']:.2f}",
+            f"{r['al']:.2f} ({r['full_al']:.2f})",
+            _fmt(r["peak_store_mib"], ".1f"),
+        ]
+        for r in regime_rows(run_dir)
     ]
-    for r in regime_rows(run_dir):
-        lines.append(
-            f"| {r['compression']:g}x | {r['policy']} | {r['task']} | {r['prompts']} | {r['retention']:.3f} | "
-            f"{r['retention_min']:.2f} / {r['retention_median']:.2f} / {r['retention_max']:.2f} | "
-            f"{r['al']:.2f} ({r['full_al']:.2f}) | {_fmt(r['peak_store_mib'], '.1f')} |"
-        )
-    return "\n".join(lines) + "\n"
+    return pipe_table(headers, rows) + "\n"
 
 
 def regime_wide_table(run_dir: Path) -> str:
@@ -462,12 +474,9 @@ def regime_wide_table(run_dir: Path) -> str:
     rows = regime_rows(run_dir)
     columns = list(dict.fromkeys((r["compression"], r["task"]) for r in rows))
     cells = {(r["policy"], r["compression"], r["task"]): r for r in rows}
-    lines = [
-        "| policy | " + " | ".join(f"{c:g}x {task}" for c, task in columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
+    table = []
     for policy in dict.fromkeys(r["policy"] for r in rows):
-        row = []
+        row = [policy]
         for c, task in columns:
             r = cells.get((policy, c, task))
             row.append(
@@ -475,8 +484,8 @@ def regime_wide_table(run_dir: Path) -> str:
                 if r is None
                 else f"**{r['retention']:.2f}** ({r['retention_min']:.2f}-{r['retention_max']:.2f}, n={r['prompts']})"
             )
-        lines.append(f"| {policy} | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+        table.append(row)
+    return pipe_table(["policy"] + [f"{c:g}x {task}" for c, task in columns], table) + "\n"
 
 
 def markdown_table(result: dict) -> str:
@@ -491,41 +500,64 @@ def markdown_table(result: dict) -> str:
         f"{result['new_tokens']} new tokens, {result['prompts']} prompts, gamma={result['gamma']}, "
         f"{result['dtype']}, {result['machine']}, {result['date']}\n\n"
     )
-    lines = [
-        "| policy | AL | retention (mean, min-max) | drafter decode ms/token | tokens/s | speedup vs target alone | "
-        "same output as full drafter |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    headers = [
+        "policy", "AL", "retention (mean, min-max)", "drafter decode ms/token", "tokens/s", "speedup vs target alone",
+        "same output as full drafter",
+    ]  # fmt: skip
+    rows = []
     for s in result["summary"]:
         retention = (
             "—"
             if s["retention_mean"] is None
             else f"{s['retention_mean']:.2f} ({s['retention_min']:.2f}-{s['retention_max']:.2f})"
         )
-        lines.append(
-            f"| {s['policy']} | {s['al']:.2f} | {retention} | {_fmt(s['draft_ms_per_token'], '.1f')} | "
-            f"{_fmt(s['tokens_per_s'], '.2f')} | {_fmt(s['speedup'], '.2f') + 'x' if s['speedup'] else '-'} | "
-            f"{'-' if s['lossless'] is None else 'yes' if s['lossless'] else 'NO'} |"
+        rows.append(
+            [
+                s["policy"],
+                f"{s['al']:.2f}",
+                retention,
+                _fmt(s["draft_ms_per_token"], ".1f"),
+                _fmt(s["tokens_per_s"], ".2f"),
+                _fmt(s["speedup"], ".2f") + "x" if s["speedup"] else "-",
+                "-" if s["lossless"] is None else "yes" if s["lossless"] else "NO",
+            ]
         )
-    return head + "\n".join(lines) + "\n"
+    return head + pipe_table(headers, rows) + "\n"
 
 
 def rows_table(rows: list[dict]) -> str:
     """Per-prompt markdown of replay rows (`rows.jsonl`): AL, retention against the same prompt's `full` row, peak
     store bytes, rounds and rescorings, in the order the rows were written."""
     full = {r["prompt"]: r["al"] for r in rows if r["policy"] == "full"}
-    lines = [
-        "| prompt | input tokens | policy | budget | AL | retention | peak store MiB | rounds | rescorings |",
-        "|---|---|---|---|---|---|---|---|---|",
+    headers = [
+        "prompt",
+        "input tokens",
+        "policy",
+        "budget",
+        "AL",
+        "retention",
+        "peak store MiB",
+        "rounds",
+        "rescorings",
     ]
+    table = []
     for r in rows:
         retention = f"{r['al'] / full[r['prompt']]:.3f}" if r["prompt"] in full else "-"
         store = f"{r['peak_store_bytes'] / 2**20:.1f}" if r.get("peak_store_bytes") else "-"
-        lines.append(
-            f"| {r['prompt']} | {r['input_tokens']} | {r['policy']} | {r['budget'] or '-'} | {r['al']:.2f} | "
-            f"{retention} | {store} | {r['rounds']} | {r['rescorings']} |"
+        table.append(
+            [
+                r["prompt"],
+                r["input_tokens"],
+                r["policy"],
+                r["budget"] or "-",
+                f"{r['al']:.2f}",
+                retention,
+                store,
+                r["rounds"],
+                r["rescorings"],
+            ]  # fmt: skip
         )
-    return "\n".join(lines) + "\n"
+    return pipe_table(headers, table) + "\n"
 
 
 def write_into_readme(table: str, readme: Path, block: str = "compare") -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from rift_hf.cli import markdown_table, write_into_readme
 from rift_hf.models import ModelSpec, load_preset
+from tiny import squeeze
 
 
 def test_missing_model_package_names_the_pip_line():
@@ -71,12 +72,12 @@ def test_table_and_readme_block(tmp_path):
         ],
     }
     table = markdown_table(result)
-    assert "| full | 3.00 | 1.00 (1.00-1.00) | 10.0 | 5.00 | 1.50x | yes |" in table
+    assert "| full | 3.00 | 1.00 (1.00-1.00) | 10.0 | 5.00 | 1.50x | yes |" in squeeze(table)
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- compare:start -->\nold\n<!-- compare:end -->\nb\n")
     write_into_readme(table, readme)
     text = readme.read_text()
-    assert "old" not in text and "| full | 3.00" in text and text.endswith("<!-- compare:end -->\nb\n")
+    assert "old" not in text and "| full | 3.00" in squeeze(text) and text.endswith("<!-- compare:end -->\nb\n")
 
 
 def test_summary_records_are_upserted_by_key(tmp_path):
@@ -158,7 +159,9 @@ def test_summary_table_groups_records_by_experiment():
         "date": "d",
     }
     text = summary_table([record, {**record, "experiment": "E1", "policy": "full", "retention": 1.0}], ["E2"])
-    assert text.startswith("**E2** (m; bf16; d)") and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 | - / - / - |" in text
+    assert text.startswith(
+        "**E2** (m; bf16; d)"
+    ) and "| p | swa | 4x | 10 | 5 | - | 2.00 | 0.50 | - / - / - |" in squeeze(text)
     assert "E1" not in text
 
 
@@ -241,7 +244,7 @@ def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(t
     summary = {s["policy"]: s for s in result["summary"]}
     assert summary["transformers"]["retention"] is None and summary["transformers"]["speedup"] > 0
     assert summary["transformers"]["lossless"] is None  # checked against the target in its rows instead
-    assert "| transformers |" in (tmp_path / "compare.md").read_text() and (tmp_path / "compare.png").exists()
+    assert "| transformers |" in squeeze((tmp_path / "compare.md").read_text()) and (tmp_path / "compare.png").exists()
 
 
 def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
@@ -267,6 +270,6 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     assert (tmp_path / "retention.png").exists()
     from rift_hf.cli import regime_wide_table
 
-    wide = regime_wide_table(tmp_path).splitlines()
+    wide = squeeze(regime_wide_table(tmp_path)).splitlines()
     assert wide[0] == "| policy | 4x repeat | 4x continue |"
     assert wide[2] == "| p | **0.75** (0.50-1.00, n=2) | **0.75** (0.75-0.75, n=1) |"

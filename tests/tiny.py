@@ -189,3 +189,10 @@ def attended_rows(layer) -> int | None:
     if layer.retrieving:
         return None if layer.retrieved is None else layer.attended_positions.shape[-1]
     return layer.stored
+
+
+def squeeze(markdown: str) -> str:
+    """A markdown table as tabulate pads it, with runs of spaces and dashes collapsed, for comparing rows in tests."""
+    import re
+
+    return re.sub(r"-{3,}", "---", re.sub(r" {2,}", " ", markdown))
