@@ -30,7 +30,7 @@ from transformers.cache_utils import (
 from .config import RiftConfig
 from .kernels import uses_triton
 from .policies import Signals, keep_mask
-from .storage import QuantizedRows, Rows, WorkingSet
+from .storage import QuantizedRows, QuantizedWorkingSet, Quantizer, Rows, WorkingSet
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
@@ -143,7 +143,12 @@ class RiftLayer(CacheLayerMixin):
             self.indexed = (
                 on_device and config.attend_in_place and self.cache.policy.keeps_store and uses_triton(key_states)
             )
-        self.working = WorkingSet(key_states, capacity, with_kv=not self.indexed)
+        if config.kv_dtype is None:
+            self.working = WorkingSet(key_states, capacity, with_kv=not self.indexed)
+        else:  # the selection in kv_dtype; sinks and the recent window in the model's dtype
+            self.working = QuantizedWorkingSet(
+                key_states, capacity, config.kv_dtype, config.kv_group_size, config.n_sink
+            )
         self.is_initialized = True
 
     def activate_past_recording(self) -> None:
@@ -179,7 +184,7 @@ class RiftLayer(CacheLayerMixin):
 
     @property
     def stored(self) -> int:
-        return 0 if self.working is None else self.working.length
+        return 0 if self.working is None else self.working.attended
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0:
@@ -532,7 +537,7 @@ class RiftCache(Cache):
                 f"RiftCache supports batch size 1, got {key_states.shape[0]}: call generate once per prompt."
             )
         if isinstance(layer, RiftLayer) and self.prompt_length is None:
-            self._resolve_budget(layer.seen + key_states.shape[-2])
+            self._resolve_budget(layer.seen + key_states.shape[-2], key_states)
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         if self._awaiting_verified and layer_idx == self._first_attention:
             # The first forward after a rollback (or the prefill) feeds only verified tokens.
@@ -541,7 +546,7 @@ class RiftCache(Cache):
             self._verified_forward_done = True
         return out
 
-    def _resolve_budget(self, prompt_length: int) -> None:
+    def _resolve_budget(self, prompt_length: int, like: torch.Tensor) -> None:
         self.prompt_length = prompt_length
         self.config = self.config.fitted(prompt_length)  # window / block size shrunk to a short prompt's budget
         self.policy = self.config.policy_object
@@ -550,6 +555,12 @@ class RiftCache(Cache):
         if budget != float("inf"):
             self.recent = self.config.recent_tokens(budget)
             self.n_select = budget - self.recent - self.config.n_sink
+            if self.config.kv_equal_bytes:
+                # The budget is bytes: the selection's share of them, in kv_dtype rows (sinks and window stay).
+                quantizer = Quantizer(like, self.config.kv_dtype, self.config.kv_group_size)
+                ratio = like.shape[-1] * like.element_size() / quantizer.row_bytes(like)
+                self.n_select = self.policy.round_selection(int(self.n_select * ratio))
+                self.budget = self.config.n_sink + self.recent + self.n_select
         self._last_select = self._last_check = prompt_length
 
     def activate_past_recording(self) -> None:

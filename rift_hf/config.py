@@ -67,6 +67,16 @@ class RiftConfig:
             working-set copy. Saves the working set's memory; slower per step on an H200 (one program per query
             head at decode: rift-dyn in place 4.4 ms of kernel time per drafter step, rift-stat with its working-set
             copy 2.3 ms, 2026-11-30).
+        store_dtype (`str`, *optional*), store_group_size (`int`, defaults to 64), store_residual (`int`, defaults to
+            64): keep a store policy's full store in `int8`/`int4`/`int2` (optimum-quanto), the newest
+            `store_residual` committed rows in the model's dtype.
+        kv_dtype (`str`, *optional*) and kv_group_size (`int`, defaults to 64): keep the *selected* rows of the
+            working set in `int8`/`int4`/`int2` (optimum-quanto); sinks and the recent window stay in the model's
+            dtype, and attention reads the selection dequantised. For the policies that select (not `full`, `swa`,
+            `page-retrieval`).
+        kv_equal_bytes (`bool`, defaults to `False`): with `kv_dtype`, read `budget` as the bytes of that many tokens
+            in the model's dtype: the selection gets as many quantised rows as its share of those bytes holds (about
+            1.9x at int8 and 3.6x at int4 for 64-dim heads in bf16), so "4x" compares precisions at equal memory.
 
     Example:
 
@@ -100,6 +110,9 @@ class RiftConfig:
     store_dtype: str | None = None
     store_group_size: int = 64
     store_residual: int = 64
+    kv_dtype: str | None = None
+    kv_group_size: int = 64
+    kv_equal_bytes: bool = False
 
     def __post_init__(self):
         if not isinstance(self.policy, str):
@@ -128,13 +141,15 @@ class RiftConfig:
             raise TypeError(f"`n_sink` must be an int, got {self.n_sink!r}.")
         if self.n_sink < 0:
             raise ValueError(f"`n_sink` must be >= 0, got {self.n_sink}.")
-        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place"):
+        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place", "kv_equal_bytes"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.store_device is not None:
             self._check_store_device()
         if self.store_dtype is not None:
             self._check_store_dtype()
+        if self.kv_dtype is not None or self.kv_equal_bytes:
+            self._check_kv_dtype()
         if self.attend_in_place and not policy_class(self.policy).keeps_store:
             raise ValueError(
                 f"`attend_in_place` attends the rows of the full store, which policy {self.policy!r} does not keep; "
@@ -150,6 +165,7 @@ class RiftConfig:
             "a_max",
             "store_group_size",
             "store_residual",
+            "kv_group_size",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -179,6 +195,34 @@ class RiftConfig:
         if self.attend_in_place:
             raise ValueError(
                 "`attend_in_place` attends the store's rows as they are and cannot read a quantised store; drop one."
+            )
+
+    def _check_kv_dtype(self) -> None:
+        if self.kv_dtype is None:
+            raise ValueError(
+                "`kv_equal_bytes` reads the budget as bytes so that a quantised selection holds more rows; set "
+                "`kv_dtype` ('int8', 'int4' or 'int2') too, or drop it."
+            )
+        if self.kv_dtype not in STORE_DTYPES:
+            raise ValueError(
+                f"`kv_dtype` must be one of {', '.join(STORE_DTYPES)} (or None: the model's dtype), got "
+                f"{self.kv_dtype!r}."
+            )
+        cls = policy_class(self.policy)
+        if not cls.compresses or not cls.scored or cls.retrieves:
+            selecting = [
+                name
+                for name in policy_names()
+                if policy_class(name).compresses and policy_class(name).scored and not policy_class(name).retrieves
+            ]
+            raise ValueError(
+                f"`kv_dtype` quantises the selected rows of the working set, which policy {self.policy!r} does not "
+                f"keep; drop it, or use a selecting policy ({', '.join(selecting)}). For a store policy's full store "
+                "use `store_dtype`."
+            )
+        if self.attend_in_place:
+            raise ValueError(
+                "`attend_in_place` attends the store's rows and keeps no working set to quantise; drop one of them."
             )
 
     def _check_store_device(self) -> None:

@@ -141,6 +141,11 @@ class WorkingSet(Rows):
     def committed(self) -> int:
         return self.fixed + self.ring_fill
 
+    @property
+    def attended(self) -> int:
+        """Rows the attention reads (`used_keys`): the used rows here; a quantised selection adds its own."""
+        return self.length
+
     def build(self, keys, values, index: torch.Tensor, fixed: int, ring_size: int | None, headroom: int) -> None:
         """
         Lay out rows `index` (`[H, n]`, absolute positions = rows of `keys`/`values` `[B, H, T, D]`) as the working
@@ -195,8 +200,8 @@ def _quanto():
         from optimum import quanto
     except ImportError as err:
         raise ImportError(
-            "A quantised store (RiftConfig(store_dtype=...)) uses optimum-quanto, which is not installed: "
-            "pip install 'rift-hf[quanto]' (or pip install optimum-quanto)."
+            "A quantised store or working set (RiftConfig(store_dtype=...) or kv_dtype=...) uses optimum-quanto, "
+            "which is not installed: pip install 'rift-hf[quanto]' (or pip install optimum-quanto)."
         ) from err
     return quanto
 
@@ -210,6 +215,41 @@ def _nbytes(tensor) -> int:
     return sum(_nbytes(getattr(tensor, name)) for name in names)
 
 
+class Quantizer:
+    """
+    Quantises `[B, H, n, D]` key or value rows with optimum-quanto, one row per token and head: int8 symmetric (one
+    scale per row), int4 and int2 affine per group of `group_size` values (a scale and a shift per group).
+    """
+
+    def __init__(self, like: torch.Tensor, dtype: str, group_size: int):
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"A quantised dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}.")
+        quanto = _quanto()
+        self.qtype = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2}[dtype]
+        dim = like.shape[-1]
+        if dtype != "int8" and dim % min(group_size, dim):
+            raise ValueError(f"The quantisation group size ({group_size}) must divide the head dim ({dim}).")
+        self.group_size = min(group_size, dim)
+        self.dtype = like.dtype
+
+    def quantize(self, rows: torch.Tensor):
+        quanto = _quanto()
+        flat = rows.reshape(-1, rows.shape[-1])  # [B * H * n, D]: one row per token and head
+        if self.qtype.bits == 8:
+            scale = quanto.AbsmaxOptimizer()(flat, self.qtype, 0)
+            return quanto.quantize_weight(flat, self.qtype, 0, scale)
+        scale, shift = quanto.MaxOptimizer()(flat, self.qtype, 0, self.group_size)
+        return quanto.quantize_weight(flat, self.qtype, 0, scale, shift, self.group_size)
+
+    def dequantize(self, packed, shape: tuple[int, int, int, int]) -> torch.Tensor:
+        return packed.dequantize().to(self.dtype).view(shape)
+
+    def row_bytes(self, like: torch.Tensor) -> float:
+        """Bytes one quantised row of one head takes (data, scales, shifts), measured on a block of rows."""
+        sample = torch.zeros(1, 1, 64, like.shape[-1], dtype=like.dtype, device=like.device)
+        return _nbytes(self.quantize(sample)) / 64
+
+
 class QuantizedRows:
     """
     A full store whose committed rows, past the newest `residual`, are kept by optimum-quanto in `dtype` (int8, int4
@@ -219,14 +259,7 @@ class QuantizedRows:
     """
 
     def __init__(self, like: torch.Tensor, dtype: str, group_size: int, residual: int, device=None):
-        if dtype not in STORE_DTYPES:
-            raise ValueError(f"store dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}.")
-        quanto = _quanto()
-        self.qtype = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2}[dtype]
-        dim = like.shape[-1]
-        if dtype != "int8" and dim % min(group_size, dim):
-            raise ValueError(f"store_group_size ({group_size}) must divide the head dim ({dim}).")
-        self.group_size = min(group_size, dim)
+        self.quantizer = Quantizer(like, dtype, group_size)
         self.residual_rows = residual
         self.recent = Rows(like, 2 * residual, device)
         self.shape, self.dtype, self.device = self.recent.shape, self.recent.dtype, self.recent.device
@@ -255,7 +288,7 @@ class QuantizedRows:
         for i in range(chunks):
             rows = slice(i * residual, (i + 1) * residual)
             keys, values = self.recent.keys[:, :, rows], self.recent.values[:, :, rows]
-            self.chunks.append((self._quantize(keys), self._quantize(values), residual))
+            self.chunks.append((self.quantizer.quantize(keys), self.quantizer.quantize(values), residual))
         done = chunks * residual
         left = self.recent.length - done
         self.recent.keys[:, :, :left] = self.recent.keys[:, :, done : done + left].clone()
@@ -263,18 +296,9 @@ class QuantizedRows:
         self.recent.length = left
         self.quantized += done
 
-    def _quantize(self, rows: torch.Tensor):
-        quanto = _quanto()
-        flat = rows.reshape(-1, rows.shape[-1])  # [B * H * n, D]: one row per token and head
-        if self.qtype.bits == 8:
-            scale = quanto.AbsmaxOptimizer()(flat, self.qtype, 0)
-            return quanto.quantize_weight(flat, self.qtype, 0, scale)
-        scale, shift = quanto.MaxOptimizer()(flat, self.qtype, 0, self.group_size)
-        return quanto.quantize_weight(flat, self.qtype, 0, scale, shift, self.group_size)
-
     def _dense(self, index: int) -> torch.Tensor:
         batch, heads, dim = self.shape
-        parts = [chunk[index].dequantize().to(self.dtype).view(batch, heads, chunk[2], dim) for chunk in self.chunks]
+        parts = [self.quantizer.dequantize(chunk[index], (batch, heads, chunk[2], dim)) for chunk in self.chunks]
         recent = self.recent.used_keys if index == 0 else self.recent.used_values
         return torch.cat([*parts, recent], dim=2) if parts else recent
 
@@ -289,3 +313,65 @@ class QuantizedRows:
     def nbytes(self, length: int | None = None) -> int:
         """Bytes held: the quantised chunks (data, scales, shifts) plus the full-precision rows."""
         return sum(_nbytes(k) + _nbytes(v) for k, v, _ in self.chunks) + self.recent.nbytes()
+
+
+class QuantizedWorkingSet(WorkingSet):
+    """
+    A working set whose selection (the rows between the sinks and the recent ring) is kept by optimum-quanto in a
+    lower precision (`RiftConfig(kv_dtype=...)`); sinks, the ring and the in-flight rows stay in the model's dtype.
+    The rows here are laid out as `[sinks | ring | in-flight]`, so commits and rollbacks never touch a quantised
+    row; the attention reads `[sinks | selection, dequantised | ring | in-flight]` (`used_keys`/`used_values`, one
+    dequantised copy per forward).
+    """
+
+    def __init__(self, like: torch.Tensor, capacity: int, dtype: str, group_size: int, n_sink: int, device=None):
+        super().__init__(like, capacity, device)
+        self.quantizer = Quantizer(like, dtype, group_size)
+        self.n_sink = n_sink
+        self.selection: tuple | None = None  # (quantised keys, quantised values, positions [H, S])
+
+    @property
+    def selected(self) -> int:
+        return 0 if self.selection is None else self.selection[2].shape[-1]
+
+    @property
+    def attended(self) -> int:
+        return self.length + self.selected
+
+    def build(self, keys, values, index: torch.Tensor, fixed: int, ring_size: int | None, headroom: int) -> None:
+        sinks = min(self.n_sink, fixed)
+        chosen = index[:, sinks:fixed].to(self.device)
+        self.selection = None
+        if chosen.shape[-1]:
+            gather = chosen.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
+            rows = [torch.gather(tensor, 2, gather).to(self.device) for tensor in (keys, values)]
+            self.selection = (self.quantizer.quantize(rows[0]), self.quantizer.quantize(rows[1]), chosen)
+        rest = torch.cat([index[:, :sinks], index[:, fixed:]], dim=-1)
+        super().build(keys, values, rest, sinks, ring_size, headroom)
+
+    def _with_selection(self, rows: torch.Tensor, which: int) -> torch.Tensor:
+        if self.selection is None:
+            return rows
+        batch, heads, dim = self.shape
+        dense = self.quantizer.dequantize(self.selection[which], (batch, heads, self.selected, dim))
+        return torch.cat([rows[:, :, : self.fixed], dense, rows[:, :, self.fixed :]], dim=2)
+
+    @property
+    def used_keys(self) -> torch.Tensor:
+        return self._with_selection(super().used_keys, 0)
+
+    @property
+    def used_values(self) -> torch.Tensor:
+        return self._with_selection(super().used_values, 1)
+
+    @property
+    def used_positions(self) -> torch.Tensor:
+        positions = super().used_positions
+        if self.selection is None:
+            return positions
+        return torch.cat([positions[:, : self.fixed], self.selection[2], positions[:, self.fixed :]], dim=1)
+
+    def nbytes(self, length: int | None = None) -> int:
+        """Bytes held: the full-precision rows plus the quantised selection (data, scales, shifts)."""
+        quantised = 0 if self.selection is None else _nbytes(self.selection[0]) + _nbytes(self.selection[1])
+        return super().nbytes(length) + quantised

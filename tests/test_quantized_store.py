@@ -103,3 +103,97 @@ def test_bad_quantised_store_settings_say_what_to_do():
         RiftConfig(policy="rift-dyn", store_dtype="fp8")
     with pytest.raises(ValueError, match="quantised"):
         RiftConfig(policy="rift-dyn", store_dtype="int4", attend_in_place=True)
+
+
+# A quantised working set: the selected rows in kv_dtype, sinks and the recent window in the model's dtype.
+SELECTING_POLICIES = [
+    p
+    for p in rift_hf.POLICIES
+    if rift_hf.policies.policy_class(p).scored and not rift_hf.policies.policy_class(p).retrieves
+]
+
+
+def _filled_cache(policy: str, budget: int, dtype=torch.bfloat16, **fields):
+    """A 2-layer cache after a 512-token prefill and its first compression (the selection made from the keys)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=256)
+    cache = RiftCache(config, RiftConfig(policy=policy, budget=budget, window=8, n_sink=4, **fields))
+    keys = torch.randn(1, 2, 512, 64, dtype=dtype)
+    for idx in range(2):
+        out, _ = cache.update(keys, keys * 2, idx)
+        cache.layers[idx].observe(torch.randn(1, 4, 512, 64, dtype=dtype), out, 0.125, None)
+    cache.crop(0)  # the first commit compresses
+    return cache, keys
+
+
+def test_selected_rows_round_trip_within_one_quantisation_step():
+    full, keys = _filled_cache("snapkv", 128, torch.float32)  # fp32: scales and shifts without bf16 rounding
+    quantised, _ = _filled_cache("snapkv", 128, torch.float32, kv_dtype="int4", kv_group_size=32)
+    a, b = full.layers[0], quantised.layers[0]
+    assert b.stored == a.stored == 128
+    order_a, order_b = a.positions.argsort(-1), b.positions.argsort(-1)
+    pos_a, pos_b = a.positions.gather(-1, order_a), b.positions.gather(-1, order_b)
+    assert torch.equal(pos_a, pos_b)  # the same rows are kept, in another layout
+    rows = lambda t, order: t.gather(2, order[None, :, :, None].expand(1, -1, -1, 64)).float()  # noqa: E731
+    exact, approx = rows(a.keys, order_a), rows(b.keys, order_b)
+    selected = torch.isin(pos_a, b.working.selection[2])  # [H, N]: rows of the quantised selection
+    assert bool(selected.any()) and torch.equal(exact[0][~selected], approx[0][~selected])  # sinks, window exact
+    groups = exact.unflatten(-1, (2, 32))
+    step = ((groups.amax(-1) - groups.amin(-1)) / 15).repeat_interleave(32, dim=-1)
+    error = (exact - approx).abs()
+    assert bool((error <= step / 2 * 1.01 + 1e-6).all()) and float(error[0][selected].max()) > 0
+
+
+def test_kv_bytes_and_equal_bytes_budget():
+    sizes, rows = {}, {}
+    for dtype in (None, "int8", "int4"):
+        cache, _ = _filled_cache("rift-stat", 128, kv_dtype=dtype)
+        sizes[dtype], rows[dtype] = cache.kv_bytes()["working"], cache.stored_tokens()[0]
+    assert rows[None] == rows["int8"] == rows["int4"] == 128
+    assert sizes["int4"] < sizes["int8"] < sizes[None]
+    kept = {}
+    for dtype in ("int8", "int4"):
+        cache, _ = _filled_cache("rift-stat", 128, kv_dtype=dtype, kv_equal_bytes=True)
+        held, kept[dtype] = cache.kv_bytes()["working"], cache.stored_tokens()[0]
+        assert kept[dtype] == cache.budget
+        assert sizes[None] * 0.97 <= held <= sizes[None]  # the same bytes as 128 bf16 rows, give or take a row
+    # rift-stat: 4 sinks + 62 recent + 62 selected; the selection grows ~1.9x at int8, ~3.6x at int4 (64-dim heads)
+    assert 128 < kept["int8"] < kept["int4"] and kept["int4"] - 66 >= 3.4 * 62
+
+
+@pytest.mark.parametrize("dtype", ["int4", "int8"])
+@pytest.mark.parametrize("policy", SELECTING_POLICIES)
+def test_greedy_output_is_lossless_with_a_quantised_working_set(policy, dtype):
+    target, draft = draft_target_pair("llama", 4)
+    ids = make_prompt(60, seed=3)
+    reference = target.generate(ids, max_new_tokens=30, do_sample=False)
+    config = {
+        "policy": policy,
+        "budget": 16,
+        "window": 4,
+        "delta": 4,
+        "block_size": 4,
+        "a_min": 4,
+        "a_max": 12,
+        "check_interval": 2,
+        "kv_dtype": dtype,
+        "kv_group_size": 16,
+        "kv_equal_bytes": dtype == "int4",
+    }
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    assert torch.equal(out, reference)
+    assert rift_hf.last_stats(target).peak_kv_bytes > 0
+
+
+def test_bad_quantised_working_set_settings_say_what_to_do():
+    for policy in ("full", "swa", "page-retrieval"):
+        with pytest.raises(ValueError, match="selecting policy"):
+            RiftConfig(policy=policy, kv_dtype="int4")
+    with pytest.raises(ValueError, match="one of int8, int4, int2"):
+        RiftConfig(policy="rift-stat", kv_dtype="fp8")
+    with pytest.raises(ValueError, match="set `kv_dtype`"):
+        RiftConfig(policy="rift-stat", kv_equal_bytes=True)
+    with pytest.raises(ValueError, match="drop one"):
+        RiftConfig(policy="rift-dyn", kv_dtype="int4", attend_in_place=True)

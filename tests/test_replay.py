@@ -60,11 +60,20 @@ CASES = [(arch, policy) for arch in ("llama", "gemma3", "qwen3_5") for policy in
 ]
 
 
-@pytest.mark.parametrize(("arch", "policy"), CASES)
-def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy):
+# Quantised storage (optimum-quanto): a quantised selection at equal bytes, a quantised full store.
+QUANTISED = [
+    ("llama", "rift-stat", {"kv_dtype": "int4", "kv_group_size": 16, "kv_equal_bytes": True}),
+    ("llama", "rift-dyn", {"kv_dtype": "int8", "store_dtype": "int4", "store_group_size": 16, "store_residual": 8}),
+]
+
+
+@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED)
+def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
+    if fields:
+        pytest.importorskip("optimum.quanto")
     target, draft = _pair(pairs, arch)
     ids = make_prompt(PROMPT, seed=3)
-    config = {"policy": policy, **SMALL}
+    config = {"policy": policy, **SMALL, **fields}
     record = target_output(target, ids, NEW)
     out, real, real_stats = _real_rounds(target, draft, ids, config)
     assert torch.equal(out, record.sequence)  # lossless, so the cached output is what the real run emitted

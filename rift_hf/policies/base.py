@@ -80,6 +80,10 @@ class Policy:
         """The budget actually used for a requested one (a block policy rounds to whole blocks)."""
         return budget
 
+    def round_selection(self, count: int) -> int:
+        """The largest selection of at most `count` rows this policy can make (whole blocks for block policies)."""
+        return count
+
     def recent_tokens(self, budget: int) -> int:
         """Size of the rolling recent window for a resolved `budget`."""
         return min(math.floor(self.config.effective_rho(budget) * budget), budget - self.config.n_sink)

@@ -15,6 +15,9 @@ class RiftStaticBlock(Policy):
         n_sink, block = self.config.n_sink, self.config.block_size
         return n_sink + (budget - n_sink) // block * block
 
+    def round_selection(self, count: int) -> int:
+        return count // self.config.block_size * self.config.block_size
+
     def recent_tokens(self, budget: int) -> int:
         # The selected part must be whole blocks, so the window takes the remainder.
         recent = super().recent_tokens(budget)
