@@ -639,8 +639,14 @@ class _Parser(argparse.ArgumentParser):
 
 def _policy_labels(parser, text: str, baselines: tuple[str, ...] = ()) -> list[str]:
     """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference);
-    `baselines` are further labels the command accepts."""
-    policies = [p.strip() for p in text.split(",") if p.strip()]
+    `baselines` are further labels the command accepts. A label's overrides are comma-separated too
+    (`full,rift-stat@kv_dtype=int4,kv_equal_bytes=true`): a `key=value` piece belongs to the label before it."""
+    policies: list[str] = []
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        if "=" in piece and "@" not in piece and policies and "@" in policies[-1]:
+            policies[-1] += "," + piece  # a further override of the previous label: rift-stat@kv_dtype=int4,rho=0.5
+        else:
+            policies.append(piece)
     unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES and p not in baselines]
     if unknown:
         parser.error(f"unknown policies {unknown}; choose from {', '.join((*rift_hf.POLICIES, *baselines))}")

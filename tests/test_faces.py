@@ -273,3 +273,15 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     wide = squeeze(regime_wide_table(tmp_path)).splitlines()
     assert wide[0] == "| policy | 4x repeat | 4x continue |"
     assert wide[2] == "| p | **0.75** (0.50-1.00, n=2) | **0.75** (0.75-0.75, n=1) |"
+
+
+def test_policy_labels_take_several_overrides():
+    import argparse
+
+    from rift_hf.cli import _policy_labels
+
+    parser = argparse.ArgumentParser()
+    labels = _policy_labels(parser, "rift-stat@kv_dtype=int4,kv_equal_bytes=true,snapkv,rift-dyn@delta=16")
+    assert labels == ["full", "rift-stat@kv_dtype=int4,kv_equal_bytes=true", "snapkv", "rift-dyn@delta=16"]
+    with pytest.raises(SystemExit):
+        _policy_labels(parser, "full,delta=16")  # an override with no label before it is an unknown policy
