@@ -410,11 +410,12 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     return "\n".join(blocks)
 
 
-def regime_rows(run_dir: Path) -> list[dict]:
+def regime_rows(run_dir: Path, policies: list[str] | None = None) -> list[dict]:
     """
     Per compression (`<run_dir>/<c>x/rows.jsonl`), policy and regime (task) of a replay run: the per-prompt
     retention (AL over the same prompt's `full` AL) over the prompts that have both rows, as mean, min, median and max,
-    with the mean AL and peak store bytes. Policies in the order first written, compressions ascending.
+    with the mean AL and peak store bytes. Policies in the order first written (only `policies`, when given),
+    compressions ascending.
     """
     out = []
     paths = sorted(Path(run_dir).glob("*x/rows.jsonl"), key=lambda p: float(p.parent.name[:-1]))
@@ -422,6 +423,8 @@ def regime_rows(run_dir: Path) -> list[dict]:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         full = {r["prompt"]: r["al"] for r in rows if r["policy"] == "full"}
         for policy in dict.fromkeys(r["policy"] for r in rows if r["policy"] != "full"):
+            if policies is not None and policy not in policies:
+                continue
             for task in dict.fromkeys(r["task"] for r in rows):
                 mine = [r for r in rows if r["policy"] == policy and r["task"] == task and r["prompt"] in full]
                 if not mine:
@@ -446,7 +449,7 @@ def regime_rows(run_dir: Path) -> list[dict]:
     return out
 
 
-def regime_table(run_dir: Path) -> str:
+def regime_table(run_dir: Path, policies: list[str] | None = None) -> str:
     """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
     headers = [
         "compression", "policy", "regime", "prompts", "retention mean", "min / median / max", "AL (full AL)",
@@ -463,15 +466,15 @@ def regime_table(run_dir: Path) -> str:
             f"{r['al']:.2f} ({r['full_al']:.2f})",
             _fmt(r["peak_store_mib"], ".1f"),
         ]
-        for r in regime_rows(run_dir)
+        for r in regime_rows(run_dir, policies)
     ]
     return pipe_table(headers, rows) + "\n"
 
 
-def regime_wide_table(run_dir: Path) -> str:
+def regime_wide_table(run_dir: Path, policies: list[str] | None = None) -> str:
     """`regime_rows` as one row per policy and one column per compression and regime: mean retention, per-prompt
     range and prompt count."""
-    rows = regime_rows(run_dir)
+    rows = regime_rows(run_dir, policies)
     columns = list(dict.fromkeys((r["compression"], r["task"]) for r in rows))
     cells = {(r["policy"], r["compression"], r["task"]): r for r in rows}
     table = []
@@ -733,6 +736,11 @@ def main(argv=None) -> None:
     tab.add_argument(
         "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
     )
+    tab.add_argument(
+        "--policies",
+        default=None,
+        help="a replay folder: only these comma-separated policy labels, in the folder's order (default: all)",
+    )
     pub = sub.add_parser("push", help="check a drafter folder (loads in plain transformers) and upload it to the Hub")
     pub.add_argument("folder", type=Path, help="the drafter folder, e.g. <train out>/model")
     pub.add_argument("repo_id", help="Hub model repository, e.g. you/qwen2.5-coder-0.5b-rift")
@@ -865,11 +873,12 @@ def main(argv=None) -> None:
         if args.result.is_dir():
             if not any(args.result.glob("*x/rows.jsonl")):
                 parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
-            table = regime_wide_table(args.result) if args.wide else regime_table(args.result)
+            chosen = [p for p in _policy_labels(parser, args.policies) if p != "full"] if args.policies else None
+            table = regime_wide_table(args.result, chosen) if args.wide else regime_table(args.result, chosen)
             if args.plot:
                 from .plots import plot_regimes
 
-                plot_regimes(regime_rows(args.result), args.result / "retention.png")
+                plot_regimes(regime_rows(args.result, chosen), args.result / "retention.png")
             if args.readme:
                 write_into_readme(table, args.readme, args.block)
             print(table)

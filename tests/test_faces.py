@@ -273,6 +273,15 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     wide = squeeze(regime_wide_table(tmp_path)).splitlines()
     assert wide[0] == "| policy | 4x repeat | 4x continue |"
     assert wide[2] == "| p | **0.75** (0.50-1.00, n=2) | **0.75** (0.75-0.75, n=1) |"
+    # --policies keeps only the named labels
+    more = [{"prompt": "repeat:a", "task": "repeat", "policy": name, "al": 2.0} for name in ("snapkv", "rift-stat")]
+    with (tmp_path / "4x" / "rows.jsonl").open("a") as file:
+        file.write("".join(json.dumps(r) + "\n" for r in more))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- mine:start -->\n<!-- mine:end -->\n")
+    main(["table", str(tmp_path), "--wide", "--policies", "rift-stat", "--readme", str(readme), "--block", "mine"])
+    text = squeeze(readme.read_text())
+    assert "| rift-stat | **0.20**" in text and "snapkv" not in text and "| p |" not in text
 
 
 def test_policy_labels_take_several_overrides():
