@@ -557,9 +557,12 @@ class RiftCache(Cache):
             self.n_select = budget - self.recent - self.config.n_sink
             if self.config.kv_equal_bytes:
                 # The budget is bytes: the selection's share of them, in kv_dtype rows (sinks and window stay).
-                quantizer = Quantizer(like, self.config.kv_dtype, self.config.kv_group_size)
-                ratio = like.shape[-1] * like.element_size() / quantizer.row_bytes(like)
-                self.n_select = self.policy.round_selection(int(self.n_select * ratio))
+                keys, values = (
+                    Quantizer(like, self.config.kv_dtype, self.config.kv_group_size, per_channel)
+                    for per_channel in (True, False)  # keys per channel, values per token
+                )
+                ratio = 2 * like.shape[-1] * like.element_size() / (keys.row_bytes(like) + values.row_bytes(like))
+                self.n_select = self.policy.round_selection(keys.unpadded(int(self.n_select * ratio)))
                 self.budget = self.config.n_sink + self.recent + self.n_select
         self._last_select = self._last_check = prompt_length
 

@@ -217,49 +217,75 @@ def _nbytes(tensor) -> int:
 
 class Quantizer:
     """
-    Quantises `[B, H, n, D]` key or value rows with optimum-quanto, one row per token and head: int8 symmetric (one
-    scale per row), int4 and int2 affine per group of `group_size` values (a scale and a shift per group).
+    Quantises `[B, H, n, D]` key or value rows with optimum-quanto. Per token (values): each row of one token and head
+    gets int8 symmetric scales, or int4/int2 affine scales and shifts per group of `group_size` values. Per channel
+    (keys, `per_channel=True`, as KIVI does: a few key channels carry outliers that swamp a per-token range): each
+    channel of one head gets its scales over groups of `group_size` tokens (the rows are padded to whole groups by
+    repeating the last one, which leaves every range unchanged).
     """
 
-    def __init__(self, like: torch.Tensor, dtype: str, group_size: int):
+    def __init__(self, like: torch.Tensor, dtype: str, group_size: int, per_channel: bool = False):
         if dtype not in STORE_DTYPES:
             raise ValueError(f"A quantised dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}.")
         quanto = _quanto()
         self.qtype = {"int8": quanto.qint8, "int4": quanto.qint4, "int2": quanto.qint2}[dtype]
         dim = like.shape[-1]
-        if dtype != "int8" and dim % min(group_size, dim):
+        if dtype != "int8" and not per_channel and dim % min(group_size, dim):
             raise ValueError(f"The quantisation group size ({group_size}) must divide the head dim ({dim}).")
-        self.group_size = min(group_size, dim)
+        self.group_size = group_size
+        self.per_channel = per_channel
         self.dtype = like.dtype
+
+    def _flat(self, rows: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The 2-D tensor quanto quantises row by row, and the group size along its last axis."""
+        if not self.per_channel:
+            return rows.reshape(-1, rows.shape[-1]), min(self.group_size, rows.shape[-1])
+        n = rows.shape[-2]
+        group = n if self.qtype.bits == 8 else min(self.group_size, n)  # int8: one symmetric scale per channel
+        padded = -(-n // group) * group
+        if padded > n:
+            rows = torch.cat([rows, rows[:, :, -1:].expand(-1, -1, padded - n, -1)], dim=2)
+        return rows.transpose(-1, -2).reshape(-1, padded), group  # [B * H * D, tokens]
 
     def quantize(self, rows: torch.Tensor):
         quanto = _quanto()
-        flat = rows.reshape(-1, rows.shape[-1])  # [B * H * n, D]: one row per token and head
+        flat, group = self._flat(rows)
         if self.qtype.bits == 8:
             scale = quanto.AbsmaxOptimizer()(flat, self.qtype, 0)
             return quanto.quantize_weight(flat, self.qtype, 0, scale)
-        scale, shift = quanto.MaxOptimizer()(flat, self.qtype, 0, self.group_size)
-        return quanto.quantize_weight(flat, self.qtype, 0, scale, shift, self.group_size)
+        scale, shift = quanto.MaxOptimizer()(flat, self.qtype, 0, group)
+        return quanto.quantize_weight(flat, self.qtype, 0, scale, shift, group)
 
     def dequantize(self, packed, shape: tuple[int, int, int, int]) -> torch.Tensor:
-        return packed.dequantize().to(self.dtype).view(shape)
+        dense = packed.dequantize().to(self.dtype)
+        if not self.per_channel:
+            return dense.view(shape)
+        batch, heads, n, dim = shape
+        return dense.view(batch, heads, dim, -1)[..., :n].transpose(-1, -2)
+
+    def unpadded(self, n: int) -> int:
+        """The largest row count `<= n` that quantises without padding (whole groups of tokens, per channel)."""
+        if not self.per_channel or self.qtype.bits == 8 or n < self.group_size:
+            return n
+        return n // self.group_size * self.group_size
 
     def row_bytes(self, like: torch.Tensor) -> float:
         """Bytes one quantised row of one head takes (data, scales, shifts), measured on a block of rows."""
-        sample = torch.zeros(1, 1, 64, like.shape[-1], dtype=like.dtype, device=like.device)
-        return _nbytes(self.quantize(sample)) / 64
+        rows = max(64, self.group_size)
+        sample = torch.zeros(1, 1, rows, like.shape[-1], dtype=like.dtype, device=like.device)
+        return _nbytes(self.quantize(sample)) / rows
 
 
 class QuantizedRows:
     """
     A full store whose committed rows, past the newest `residual`, are kept by optimum-quanto in `dtype` (int8, int4
-    or int2, affine per group of `group_size` values of one token and head; int8 symmetric per token and head), in
-    chunks of `residual` rows; the newest rows stay in full precision (`Rows`), so a rollback never touches a
+    or int2; keys per channel over groups of `group_size` tokens, values per token, see `Quantizer`), in chunks of
+    `residual` rows; the newest rows stay in full precision (`Rows`), so a rollback never touches a
     quantised row. `used_keys`/`used_values` dequantise everything (what a rescoring reads).
     """
 
     def __init__(self, like: torch.Tensor, dtype: str, group_size: int, residual: int, device=None):
-        self.quantizer = Quantizer(like, dtype, group_size)
+        self.quantizers = Quantizer(like, dtype, group_size, per_channel=True), Quantizer(like, dtype, group_size)
         self.residual_rows = residual
         self.recent = Rows(like, 2 * residual, device)
         self.shape, self.dtype, self.device = self.recent.shape, self.recent.dtype, self.recent.device
@@ -288,7 +314,8 @@ class QuantizedRows:
         for i in range(chunks):
             rows = slice(i * residual, (i + 1) * residual)
             keys, values = self.recent.keys[:, :, rows], self.recent.values[:, :, rows]
-            self.chunks.append((self.quantizer.quantize(keys), self.quantizer.quantize(values), residual))
+            keys, values = (q.quantize(rows) for q, rows in zip(self.quantizers, (keys, values), strict=True))
+            self.chunks.append((keys, values, residual))
         done = chunks * residual
         left = self.recent.length - done
         self.recent.keys[:, :, :left] = self.recent.keys[:, :, done : done + left].clone()
@@ -298,7 +325,8 @@ class QuantizedRows:
 
     def _dense(self, index: int) -> torch.Tensor:
         batch, heads, dim = self.shape
-        parts = [self.quantizer.dequantize(chunk[index], (batch, heads, chunk[2], dim)) for chunk in self.chunks]
+        quantizer = self.quantizers[index]
+        parts = [quantizer.dequantize(chunk[index], (batch, heads, chunk[2], dim)) for chunk in self.chunks]
         recent = self.recent.used_keys if index == 0 else self.recent.used_values
         return torch.cat([*parts, recent], dim=2) if parts else recent
 
@@ -318,7 +346,8 @@ class QuantizedRows:
 class QuantizedWorkingSet(WorkingSet):
     """
     A working set whose selection (the rows between the sinks and the recent ring) is kept by optimum-quanto in a
-    lower precision (`RiftConfig(kv_dtype=...)`); sinks, the ring and the in-flight rows stay in the model's dtype.
+    lower precision (`RiftConfig(kv_dtype=...)`; keys per channel, values per token, see `Quantizer`); sinks, the ring
+    and the in-flight rows stay in the model's dtype.
     The rows here are laid out as `[sinks | ring | in-flight]`, so commits and rollbacks never touch a quantised
     row; the attention reads `[sinks | selection, dequantised | ring | in-flight]` (`used_keys`/`used_values`, one
     dequantised copy per forward).
@@ -326,7 +355,7 @@ class QuantizedWorkingSet(WorkingSet):
 
     def __init__(self, like: torch.Tensor, capacity: int, dtype: str, group_size: int, n_sink: int, device=None):
         super().__init__(like, capacity, device)
-        self.quantizer = Quantizer(like, dtype, group_size)
+        self.quantizers = Quantizer(like, dtype, group_size, per_channel=True), Quantizer(like, dtype, group_size)
         self.n_sink = n_sink
         self.selection: tuple | None = None  # (quantised keys, quantised values, positions [H, S])
 
@@ -345,7 +374,7 @@ class QuantizedWorkingSet(WorkingSet):
         if chosen.shape[-1]:
             gather = chosen.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
             rows = [torch.gather(tensor, 2, gather).to(self.device) for tensor in (keys, values)]
-            self.selection = (self.quantizer.quantize(rows[0]), self.quantizer.quantize(rows[1]), chosen)
+            self.selection = (self.quantizers[0].quantize(rows[0]), self.quantizers[1].quantize(rows[1]), chosen)
         rest = torch.cat([index[:, :sinks], index[:, fixed:]], dim=-1)
         super().build(keys, values, rest, sinks, ring_size, headroom)
 
@@ -353,7 +382,7 @@ class QuantizedWorkingSet(WorkingSet):
         if self.selection is None:
             return rows
         batch, heads, dim = self.shape
-        dense = self.quantizer.dequantize(self.selection[which], (batch, heads, self.selected, dim))
+        dense = self.quantizers[which].dequantize(self.selection[which], (batch, heads, self.selected, dim))
         return torch.cat([rows[:, :, : self.fixed], dense, rows[:, :, self.fixed :]], dim=2)
 
     @property
