@@ -211,3 +211,15 @@ def test_bad_quantised_working_set_settings_say_what_to_do():
         RiftConfig(policy="rift-stat", kv_equal_bytes=True)
     with pytest.raises(ValueError, match="drop one"):
         RiftConfig(policy="rift-dyn", kv_dtype="int4", attend_in_place=True)
+
+
+def test_per_channel_keys_survive_an_outlier_channel():
+    from benchmarks.key_quant import attention_shift
+    from rift_hf.storage import Quantizer
+
+    torch.manual_seed(0)
+    keys = torch.randn(1, 2, 256, 64)
+    keys[..., 3] *= 30  # one outlier channel, as RoPE'd keys have
+    query = torch.randn(1, 4, 8, 64)
+    shift = {pc: attention_shift(query, keys, 0.125, Quantizer(keys, "int4", 64, pc)) for pc in (False, True)}
+    assert shift[True] < shift[False] / 2
