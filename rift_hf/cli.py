@@ -414,8 +414,8 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None) -> list[dict]:
     """
     Per compression (`<run_dir>/<c>x/rows.jsonl`), policy and regime (task) of a replay run: the per-prompt
     retention (AL over the same prompt's `full` AL) over the prompts that have both rows, as mean, min, median and max,
-    with the mean AL and peak store bytes. Policies in the order first written (only `policies`, when given),
-    compressions ascending.
+    with the mean AL, peak working-set (KV) bytes and peak store bytes. Policies in the order first written (only
+    `policies`, when given), compressions ascending.
     """
     out = []
     paths = sorted(Path(run_dir).glob("*x/rows.jsonl"), key=lambda p: float(p.parent.name[:-1]))
@@ -444,6 +444,7 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None) -> list[dict]:
                         "al": statistics.mean(r["al"] for r in mine),
                         "full_al": statistics.mean(full[r["prompt"]] for r in mine),
                         "peak_store_mib": _mean(mine, "peak_store_bytes", 2**20),
+                        "peak_kv_mib": _mean(mine, "peak_kv_bytes", 2**20),
                     }
                 )
     return out
@@ -453,7 +454,7 @@ def regime_table(run_dir: Path, policies: list[str] | None = None) -> str:
     """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
     headers = [
         "compression", "policy", "regime", "prompts", "retention mean", "min / median / max", "AL (full AL)",
-        "peak store MiB",
+        "peak KV MiB", "peak store MiB",
     ]  # fmt: skip
     rows = [
         [
@@ -464,6 +465,7 @@ def regime_table(run_dir: Path, policies: list[str] | None = None) -> str:
             f"{r['retention']:.3f}",
             f"{r['retention_min']:.2f} / {r['retention_median']:.2f} / {r['retention_max']:.2f}",
             f"{r['al']:.2f} ({r['full_al']:.2f})",
+            _fmt(r["peak_kv_mib"], ".1f"),
             _fmt(r["peak_store_mib"], ".1f"),
         ]
         for r in regime_rows(run_dir, policies)
