@@ -8,7 +8,7 @@ The target first runs alone (the speed every policy is compared with), then each
 shows each row as queued, running or done. A policy's run streams in as the target verifies drafts: accepted draft
 tokens and target-corrected tokens are marked differently, with live acceptance length (AL), then its retention
 against `full`, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and drafter KV memory.
-Native plots show AL over generation, the attention mass the kept positions capture, and memory against AL. The named
+Plots show AL over generation, the attention mass the kept positions capture, and AL against drafter memory. The named
 API endpoint `compare` returns the per-policy numbers as JSON (for `gradio_client`).
 """
 
@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 import gradio as gr
+import matplotlib
 import pandas as pd
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -30,6 +31,9 @@ from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
 from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 POLICY_CHOICES = list(rift_hf.POLICIES)
 RECOMMENDED = rift_hf.RiftConfig().policy
@@ -315,6 +319,12 @@ def table(runs: list[PolicyRun]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _frame(rows, columns: list[str], numeric: list[str]) -> pd.DataFrame:
+    """A DataFrame whose numeric columns are float even when empty (the plots read axis types from the dtypes)."""
+    frame = pd.DataFrame(rows, columns=columns).astype({name: "float64" for name in numeric})
+    return frame.astype({name: object for name in columns if name not in numeric})
+
+
 def al_curve(runs: list[PolicyRun]) -> pd.DataFrame:
     """AL over generation: tokens per round, a moving mean over a tenth of the rounds, against generated tokens."""
     rows = []
@@ -325,12 +335,12 @@ def al_curve(runs: list[PolicyRun]) -> pd.DataFrame:
             per_round.append(accepted + 1)
             window = per_round[-max(1, len(run.rounds) // 10) :]
             rows.append((run.policy, position, sum(window) / len(window)))
-    return pd.DataFrame(rows, columns=["policy", "generated tokens", "tokens per round"])
+    return _frame(rows, ["policy", "generated tokens", "tokens per round"], ["generated tokens", "tokens per round"])
 
 
 def mass_curve(runs: list[PolicyRun]) -> pd.DataFrame:
     rows = [(run.policy, position, share) for run in runs for position, share in run.mass]
-    return pd.DataFrame(rows, columns=["policy", "position", "attention mass kept"])
+    return _frame(rows, ["policy", "position", "attention mass kept"], ["position", "attention mass kept"])
 
 
 def memory_points(runs: list[PolicyRun]) -> pd.DataFrame:
@@ -341,13 +351,37 @@ def memory_points(runs: list[PolicyRun]) -> pd.DataFrame:
             rows.append((run.policy, "working set", run.kv_mib, run.al))
             if run.store_mib:
                 rows.append((run.policy, "working set + store", run.kv_mib + run.store_mib, run.al))
-    return pd.DataFrame(rows, columns=["policy", "memory", "drafter KV MiB", "AL"])
+    return _frame(rows, ["policy", "memory", "drafter KV MiB", "AL"], ["drafter KV MiB", "AL"])
 
 
-def views(runs: list[PolicyRun], shown: list[str]):
+def plot(runs: list[PolicyRun]):
+    """Three panels from the DataFrames above: AL over generation, attention mass kept, AL against drafter memory.
+    (matplotlib: Gradio 6.31's native LinePlot/ScatterPlot left series out, or drew none, when updated while a
+    comparison streamed.)"""
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.4))
+    for name, rows in al_curve(runs).groupby("policy", sort=False):
+        left.plot(rows["generated tokens"], rows["tokens per round"], label=name)
+    for name, rows in mass_curve(runs).groupby("policy", sort=False):
+        middle.plot(rows["position"], rows["attention mass kept"], label=name)
+    for (name, memory), rows in memory_points(runs).groupby(["policy", "memory"], sort=False):
+        right.scatter(rows["drafter KV MiB"], rows["AL"], marker="o" if memory == "working set" else "x")
+        right.annotate(name, (rows["drafter KV MiB"].iloc[0], rows["AL"].iloc[0]), fontsize=7)
+    left.set(title="AL over generation (moving mean)", xlabel="generated tokens", ylabel="tokens per round")
+    middle.set(title="Attention mass on kept positions", xlabel="position", ylabel="share", ylim=(0, 1.05))
+    right.set(title="AL against drafter KV (o working set, x + store)", xlabel="MiB", ylabel="AL")
+    for axis in (left, middle, right):
+        axis.grid(alpha=0.3)
+        if axis is not right and axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def views(runs: list[PolicyRun], shown: list[str], plots: bool = True):
+    """The page's outputs: the text, the table and the plots (`gr.skip()` for them unless `plots`)."""
     picked = [r for r in runs if r.policy in shown]
     drafted = [r for r in picked if r.policy != TARGET_ALONE]
-    return render(picked), table(picked), al_curve(drafted), mass_curve(drafted), memory_points(drafted)
+    return render(picked), table(picked), plot(drafted) if plots else gr.skip()
 
 
 def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
@@ -388,8 +422,12 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
             yield runs
 
     def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+        drawn = -1
         for runs in runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
-            yield views(runs, [TARGET_ALONE, *policies])
+            # The figure is redrawn when a run ends (drawing it every round would cost more than the round).
+            done = sum(run.status == "done" for run in runs)
+            yield views(runs, [TARGET_ALONE, *policies], plots=done != drawn)
+            drawn = done
 
     def compare(
         preset_name: str, prompt: str, budget: float, gamma: int, policies: list[str], new_tokens: int
@@ -431,38 +469,12 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
             elem_id="summary",
             interactive=False,
         )
-        with gr.Row():
-            al_plot = gr.LinePlot(
-                al_curve([]),
-                x="generated tokens",
-                y="tokens per round",
-                color="policy",
-                title="AL over generation (moving mean)",
-                elem_id="al-plot",
-            )
-            mass_plot = gr.LinePlot(
-                mass_curve([]),
-                x="position",
-                y="attention mass kept",
-                color="policy",
-                y_lim=[0, 1.05],
-                title="Attention mass on kept positions",
-                elem_id="mass-plot",
-            )
-            memory_plot = gr.ScatterPlot(
-                memory_points([]),
-                x="drafter KV MiB",
-                y="AL",
-                color="policy",
-                title="AL against drafter KV memory",
-                elem_id="memory-plot",
-                tooltip="all",
-            )
+        figure = gr.Plot(elem_id="plot", format="png")
         output = gr.HTML(elem_id="output")
         event = run.click(
             compare_stream,
             [preset, prompt, document, budget, gamma, policies, new_tokens],
-            [output, summary, al_plot, mass_plot, memory_plot],
+            [output, summary, figure],
             api_name="compare_stream",
         )
         cancel.click(None, None, None, cancels=[event])

@@ -133,12 +133,17 @@ def run_in_browser(url, prompt, policies, new_tokens, out, user_data, preset=Non
             arg=len(policies),
             timeout=timeout_s * 1000,
         )
-        for plot in ("#al-plot", "#memory-plot"):
-            page.locator(f"{plot} canvas, {plot} svg").first.wait_for(timeout=timeout_s * 1000)
+        page.locator("#plot img").first.wait_for(timeout=timeout_s * 1000)
         shown = page.locator("#output .al").all_inner_texts()
         if len(shown) != len(policies) or not all(float(v) >= 1.0 for v in shown):
             raise AssertionError(f"expected a numeric AL per policy, got {shown}")
-        rows, seen = read_table(page), page.evaluate(SEEN)
+        deadline = time.time() + 30
+        while True:  # the Dataframe may re-render its cells a moment after the rows say done
+            rows = read_table(page)
+            if all(row.get("tokens/s") for row in rows) or time.time() > deadline:
+                break
+            page.wait_for_timeout(200)
+        seen = page.evaluate(SEEN)
         page.screenshot(path=str(out), full_page=True)
         browser.close()
     return rows, seen
