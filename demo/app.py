@@ -531,7 +531,7 @@ def write_space(out, preset: str = "qwen-coder"):
         if not (package / name).exists():  # an editable install maps kernels/ and demo/ from the repo's top level
             shutil.copytree(Path(module.__file__).parent, package / name, ignore=ignore)
     requires = [r.split(";")[0].strip() for r in metadata.requires("rift-hf") or [] if "extra ==" not in r]
-    lines = [*requires, f"gradio=={gr.__version__}", "pandas"]
+    lines = [*requires, f"gradio=={gr.__version__}", "pandas", "matplotlib"]  # the demo extra
     (out / "requirements.txt").write_text("\n".join(dict.fromkeys(lines)) + "\n")
     (out / "app.py").write_text(SPACE_APP.format(preset=preset))
     (out / "README.md").write_text(SPACE_README.format(preset=preset, gradio=gr.__version__))

@@ -101,6 +101,7 @@ def test_space_folder_builds_the_app_without_the_installed_package(tmp_path):
     assert {p.name for p in out.iterdir()} >= {"app.py", "requirements.txt", "README.md", "rift_hf"}
     requirements = (out / "requirements.txt").read_text().split()
     assert any(r.startswith("transformers") for r in requirements) and any(r.startswith("gradio") for r in requirements)
+    assert {"pandas", "matplotlib"} <= set(requirements)  # what the demo imports beyond the package's requirements
     assert "sdk: gradio" in (out / "README.md").read_text()
     check = (
         "import sys, app, rift_hf, gradio as gr; "
