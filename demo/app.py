@@ -23,17 +23,14 @@ import time
 from dataclasses import dataclass, field
 
 import gradio as gr
-import matplotlib
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
 from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 POLICY_CHOICES = list(rift_hf.POLICIES)
 RECOMMENDED = rift_hf.RiftConfig().policy
@@ -319,12 +316,6 @@ def table(runs: list[PolicyRun]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _frame(rows, columns: list[str], numeric: list[str]) -> pd.DataFrame:
-    """A DataFrame whose numeric columns are float even when empty (the plots read axis types from the dtypes)."""
-    frame = pd.DataFrame(rows, columns=columns).astype({name: "float64" for name in numeric})
-    return frame.astype({name: object for name in columns if name not in numeric})
-
-
 def al_curve(runs: list[PolicyRun]) -> pd.DataFrame:
     """AL over generation: tokens per round, a moving mean over a tenth of the rounds, against generated tokens."""
     rows = []
@@ -335,12 +326,12 @@ def al_curve(runs: list[PolicyRun]) -> pd.DataFrame:
             per_round.append(accepted + 1)
             window = per_round[-max(1, len(run.rounds) // 10) :]
             rows.append((run.policy, position, sum(window) / len(window)))
-    return _frame(rows, ["policy", "generated tokens", "tokens per round"], ["generated tokens", "tokens per round"])
+    return pd.DataFrame(rows, columns=["policy", "generated tokens", "tokens per round"])
 
 
 def mass_curve(runs: list[PolicyRun]) -> pd.DataFrame:
     rows = [(run.policy, position, share) for run in runs for position, share in run.mass]
-    return _frame(rows, ["policy", "position", "attention mass kept"], ["position", "attention mass kept"])
+    return pd.DataFrame(rows, columns=["policy", "position", "attention mass kept"])
 
 
 def memory_points(runs: list[PolicyRun]) -> pd.DataFrame:
@@ -351,14 +342,15 @@ def memory_points(runs: list[PolicyRun]) -> pd.DataFrame:
             rows.append((run.policy, "working set", run.kv_mib, run.al))
             if run.store_mib:
                 rows.append((run.policy, "working set + store", run.kv_mib + run.store_mib, run.al))
-    return _frame(rows, ["policy", "memory", "drafter KV MiB", "AL"], ["drafter KV MiB", "AL"])
+    return pd.DataFrame(rows, columns=["policy", "memory", "drafter KV MiB", "AL"])
 
 
 def plot(runs: list[PolicyRun]):
     """Three panels from the DataFrames above: AL over generation, attention mass kept, AL against drafter memory.
     (matplotlib: Gradio 6.31's native LinePlot/ScatterPlot left series out, or drew none, when updated while a
     comparison streamed.)"""
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(13, 3.4))
+    fig = Figure(figsize=(13, 3.4))  # not pyplot's: a figure per finished run would otherwise stay open there
+    left, middle, right = fig.subplots(1, 3)
     for name, rows in al_curve(runs).groupby("policy", sort=False):
         left.plot(rows["generated tokens"], rows["tokens per round"], label=name)
     for name, rows in mass_curve(runs).groupby("policy", sort=False):

@@ -64,9 +64,8 @@ def test_rollback_and_rescoring_never_touch_quantised_rows():
     assert layer.stored == 32
 
 
-@pytest.mark.parametrize("dtype", ["int4", "int8"])
-@pytest.mark.parametrize("policy", STORE_POLICIES)
-def test_greedy_output_is_lossless_with_a_quantised_store(policy, dtype):
+def _assisted_and_greedy(policy: str, **fields):
+    """Greedy output of a tiny Llama pair, plain and assisted with a small rift config plus `fields`."""
     target, draft = draft_target_pair("llama", 4)
     ids = make_prompt(60, seed=3)
     reference = target.generate(ids, max_new_tokens=30, do_sample=False)
@@ -79,15 +78,20 @@ def test_greedy_output_is_lossless_with_a_quantised_store(policy, dtype):
         "a_min": 4,
         "a_max": 12,
         "check_interval": 2,
-        "store_dtype": dtype,
-        "store_group_size": 16,
-        "store_residual": 8,
+        **fields,
     }
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
     )
+    return out, reference, rift_hf.last_stats(target)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "int8"])
+@pytest.mark.parametrize("policy", STORE_POLICIES)
+def test_greedy_output_is_lossless_with_a_quantised_store(policy, dtype):
+    out, reference, stats = _assisted_and_greedy(policy, store_dtype=dtype, store_group_size=16, store_residual=8)
     assert torch.equal(out, reference)
-    assert rift_hf.last_stats(target).rescorings
+    assert stats.rescorings
 
 
 def test_kv_bytes_reports_the_quantised_size():
@@ -178,27 +182,11 @@ def test_kv_bytes_and_equal_bytes_budget():
 @pytest.mark.parametrize("dtype", ["int4", "int8"])
 @pytest.mark.parametrize("policy", SELECTING_POLICIES)
 def test_greedy_output_is_lossless_with_a_quantised_working_set(policy, dtype):
-    target, draft = draft_target_pair("llama", 4)
-    ids = make_prompt(60, seed=3)
-    reference = target.generate(ids, max_new_tokens=30, do_sample=False)
-    config = {
-        "policy": policy,
-        "budget": 16,
-        "window": 4,
-        "delta": 4,
-        "block_size": 4,
-        "a_min": 4,
-        "a_max": 12,
-        "check_interval": 2,
-        "kv_dtype": dtype,
-        "kv_group_size": 16,
-        "kv_equal_bytes": dtype == "int4",
-    }
-    out = target.generate(
-        ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
+    out, reference, stats = _assisted_and_greedy(
+        policy, kv_dtype=dtype, kv_group_size=16, kv_equal_bytes=dtype == "int4"
     )
     assert torch.equal(out, reference)
-    assert rift_hf.last_stats(target).peak_kv_bytes > 0
+    assert stats.peak_kv_bytes > 0
 
 
 def test_bad_quantised_working_set_settings_say_what_to_do():
