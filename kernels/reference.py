@@ -116,11 +116,22 @@ def _softmax_with_sinks(logits: torch.Tensor, sinks: torch.Tensor | None) -> tor
 
 
 def _take_rows(store: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Rows `index` (`[B, H, N]`) of `store` (`[B, H, S, D]`) -> `[B, H, N, D]`: one row copy per index (an
-    `index_select` per head is several times faster on CPU than an element-wise `gather`)."""
-    batch, heads = store.shape[:2]
+    """Rows `index` (`[B, H, N]`) of `store` (`[B, H, S, D]`) -> `[B, H, N, D]`.
+
+    One `index_select` over the store's buffer seen as rows (offsets per batch entry and head added to the indices)
+    when its rows are contiguous, as a cache's preallocated buffer is: on CPU that is several times faster than an
+    element-wise `gather` and about 2.5x faster than an `index_select` per head."""
+    batch, heads, length, dim = store.shape
+    strides = store.stride()
+    if strides[-1] == 1 and strides[-2] == dim and strides[0] % dim == 0 and strides[1] % dim == 0:
+        span = (batch - 1) * strides[0] // dim + (heads - 1) * strides[1] // dim + length
+        rows = store.as_strided((span, dim), (dim, 1))
+        base = torch.arange(batch, device=index.device)[:, None] * (strides[0] // dim)
+        base = base + torch.arange(heads, device=index.device)[None, :] * (strides[1] // dim)
+        flat = (index + base[..., None]).reshape(-1)
+        return rows.index_select(0, flat).view(batch, heads, index.shape[-1], dim)
     rows = [store[b, h].index_select(0, index[b, h]) for b in range(batch) for h in range(heads)]
-    return torch.stack(rows).view(batch, heads, index.shape[-1], store.shape[-1])
+    return torch.stack(rows).view(batch, heads, index.shape[-1], dim)
 
 
 def retrieved_attention(

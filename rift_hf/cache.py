@@ -30,7 +30,7 @@ from transformers.cache_utils import (
 from .config import RiftConfig
 from .kernels import uses_triton
 from .policies import Signals, keep_mask
-from .storage import QuantizedRows, QuantizedWorkingSet, Quantizer, Rows, WorkingSet
+from .storage import QuantizedRows, QuantizedWorkingSet, Quantizer, RecentRows, Rows, WorkingSet
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
@@ -69,7 +69,9 @@ class RiftLayer(CacheLayerMixin):
         self.compressed = False
         self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
         self.prefill_scores: torch.Tensor | None = None  # [H_kv, T] scores of the prompt
-        self.queries: torch.Tensor | None = None  # [B, H_q, <=w, D], queries of positions [seen - n, seen)
+        # The recent queries (`[B, H_q, n, D]`, positions `[seen - n, seen)`), kept for policies that rescore or
+        # measure drift: the last w verified ones and those since the last commit.
+        self.recent_queries = RecentRows(cache.config.window + 2 * self.HEADROOM)
         self.scale: float | None = None
         self.sinks: torch.Tensor | None = None
         self.drift_reference: torch.Tensor | None = None
@@ -106,6 +108,11 @@ class RiftLayer(CacheLayerMixin):
     @property
     def positions(self) -> torch.Tensor | None:
         return None if self.working is None else self.working.used_positions
+
+    @property
+    def queries(self) -> torch.Tensor | None:
+        """The recent queries, `[B, H_q, n, D]` (None before any was recorded)."""
+        return self.recent_queries.used
 
     @property
     def retrieving(self) -> bool:
@@ -205,9 +212,7 @@ class RiftLayer(CacheLayerMixin):
         if self.store is not None:
             self.store.length -= n
         self.seen -= n
-        if self.queries is not None:
-            keep = max(0, self.queries.shape[2] - n)
-            self.queries = self.queries[:, :, :keep]
+        self.recent_queries.drop(n)
         self.mass_log = [entry for entry in self.mass_log if entry[0] < self.seen]
 
     def offload(self) -> None:
@@ -249,7 +254,7 @@ class RiftLayer(CacheLayerMixin):
             self.prefill_scores = self.cache.policy.score(query[:, :, -window:], key, scale, sinks)[0]
         if self.cache.records_queries:
             # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
-            self.queries = query.detach() if self.queries is None else torch.cat([self.queries, query.detach()], dim=2)
+            self.recent_queries.append(query.detach())
         if config.track_attention_mass and self.store is not None and self.seen > q:  # decode steps
             self._log_attention_mass(query)
 
@@ -282,8 +287,7 @@ class RiftLayer(CacheLayerMixin):
     def commit(self, rescore: bool) -> None:
         """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so."""
         cache = self.cache
-        if self.queries is not None:
-            self.queries = self.queries[:, :, -cache.config.window :]
+        self.recent_queries.trim(cache.config.window)
         if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
             # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
             self.working.commit()

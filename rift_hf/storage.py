@@ -123,6 +123,54 @@ class Rows:
         return tensors * batch * heads * dim * (self.length if length is None else length) * self.keys.element_size()
 
 
+class RecentRows:
+    """
+    The newest rows of a stream (`[B, H, n, D]`, e.g. a layer's recent queries) in a preallocated buffer: appending
+    writes after the used rows, `trim` forgets all but the newest `keep`, `drop` removes the newest. The buffer is
+    compacted (the used rows moved to its front) only when an append does not fit, so a step costs O(rows appended)
+    instead of a copy of the whole window.
+    """
+
+    def __init__(self, capacity: int):
+        self.default_capacity = capacity
+        self.buffer: torch.Tensor | None = None
+        self.start = self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    @property
+    def used(self) -> torch.Tensor | None:
+        return None if self.buffer is None else self.buffer[:, :, self.start : self.end]
+
+    def append(self, rows: torch.Tensor) -> None:
+        n = rows.shape[2]
+        if self.buffer is None or self.end + n > self.buffer.shape[2]:
+            self._compact(len(self) + n, rows)
+        self.buffer[:, :, self.end : self.end + n].copy_(rows)
+        self.end += n
+
+    def trim(self, keep: int) -> None:
+        """Keep only the newest `keep` rows (a buffer grown for a long chunk shrinks back to its default size)."""
+        self.start = max(self.start, self.end - keep)
+        if self.buffer is not None and self.buffer.shape[2] > self.default_capacity >= len(self):
+            self._compact(len(self), self.buffer)
+
+    def drop(self, n: int) -> None:
+        """Forget the newest `n` rows."""
+        self.end = max(self.start, self.end - n)
+
+    def _compact(self, needed: int, like: torch.Tensor) -> None:
+        capacity = max(self.default_capacity, needed)
+        old = self.used
+        if self.buffer is None or capacity != self.buffer.shape[2] or self.start < len(self):
+            shape = (*like.shape[:2], capacity, like.shape[-1])
+            self.buffer = like.new_empty(shape)
+        if old is not None and old.shape[2]:
+            self.buffer[:, :, : old.shape[2]].copy_(old)  # a new buffer, or a move onto rows that do not overlap
+        self.start, self.end = 0, 0 if old is None else old.shape[2]
+
+
 class WorkingSet(Rows):
     """
     The rows a compressed layer attends: `fixed` rows (sinks and selection), a ring of `ring_size` recent rows, then

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rift_hf import RiftCache, RiftConfig
-from rift_hf.storage import Rows, WorkingSet
+from rift_hf.storage import RecentRows, Rows, WorkingSet
 
 
 def rows_of(seen_from: int, count: int, heads=2, dim=3):
@@ -47,6 +47,29 @@ def test_rows_grow_by_doubling_and_keep_their_rows():
     assert rows.capacity == 32 and rows.length == 21
     assert rows.used_keys[0, 1, :, 0].long().tolist() == list(range(21))
     assert rows.used_positions[0].tolist() == list(range(21))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_recent_rows_keep_the_newest_rows_in_order(seed):
+    """Appends, rollbacks and trims against a plain list; a long chunk grows the buffer, a trim shrinks it back."""
+    rng = random.Random(seed)
+    window = rng.randint(1, 8)
+    recent, expected, seen = RecentRows(window + 4), [], 0
+    for step in range(60):
+        n = rng.choice([1, 1, 2, 5]) if step else rng.randint(20, 40)  # a prefill-sized chunk first
+        recent.append(rows_of(seen, n))
+        expected += list(range(seen, seen + n))
+        seen += n
+        rejected = rng.randint(0, n - 1)
+        recent.drop(rejected)
+        del expected[len(expected) - rejected :]
+        seen -= rejected
+        assert recent.used[0, 1, :, 0].long().tolist() == expected
+        recent.trim(window)
+        expected = expected[-window:]
+        assert recent.used[0, 0, :, 0].long().tolist() == expected
+        assert recent.buffer.shape[2] == window + 4  # back to its default size after the first trim
+    assert len(recent) == window
 
 
 def test_a_commit_writes_rows_and_never_rebuilds_the_working_set(monkeypatch):

@@ -45,9 +45,10 @@ class PageRetrieval(RiftStaticBlock):
             `[B, H_kv, G, L, n_pages]` float32: each query head's scaled score of every page.
         """
         batch, h_q, length, dim = query.shape
-        h_kv = summaries.shape[1]
-        q = query.float().view(batch, h_kv, h_q // h_kv, length, dim)
-        return torch.einsum("bhgld,bhnd->bhgln", q, summaries.float()).mul_(scale)
+        h_kv, n_pages = summaries.shape[1:3]
+        q = query.float().reshape(batch, h_kv, h_q // h_kv * length, dim)  # heads of a group, then positions
+        scores = torch.matmul(q, summaries.float().transpose(-1, -2)).mul_(scale)
+        return scores.view(batch, h_kv, h_q // h_kv, length, n_pages)
 
     def retrieve(
         self,
@@ -75,8 +76,10 @@ class PageRetrieval(RiftStaticBlock):
             raise RuntimeError(
                 f"Internal error: page-retrieval at position {first} has fewer than {n_pick} candidate pages."
             )
+        # Only pages that end before the newest query's window are scored (a prefix of the pages).
+        n_pages = min(n_pages, (first + length - recent - n_sink) // page)
         hidden, offsets, fixed = self._layout(first, length, n_pages, recent, query.device)
-        scores = self.page_scores(query, summaries, scale)
+        scores = self.page_scores(query, summaries[:, :, :n_pages], scale)
         if hidden is not None:
             scores = scores.masked_fill_(hidden, float("-inf"))
         pages = torch.softmax(scores, dim=-1).mean(2).topk(n_pick, dim=-1).indices  # [B, H_kv, L, n_pick]
