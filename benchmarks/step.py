@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
+from rift_hf import cli
 from rift_hf.replay import load_prefill, record_prompt_forward
 from rift_hf.tables import pipe_table
 
@@ -111,8 +112,9 @@ class Baseline:
         return times[0]
 
 
-def policy_config(policy: str, budget: int, args) -> dict:
-    return {"policy": policy, "budget": budget, "window": args.window, "delta": args.delta}
+def policy_config(label: str, budget: int, args) -> dict:
+    """A policy label (`rift-stat@kv_dtype=int4,kv_equal_bytes=true`, as `rift-hf replay` takes) -> cache config."""
+    return cli.policy_config(label, budget, args.window, args.delta, None)
 
 
 def run_full(model, prefill, length, args, device) -> dict:
@@ -454,7 +456,7 @@ def main(argv=None) -> None:
             f"{record['ms_per_step']:.2f} ms/step" + (f", {ratio:.3f}x the interleaved full step" if ratio else "")
         )
 
-    policies = [p for p in args.policies.split(",") if p]
+    policies = cli.split_labels(args.policies)
     # One prompt forward per input length, shared by every cache of that length; each full-cache context reads the
     # first tokens of the shortest prefill that covers it (a causal model's states do not depend on later tokens).
     plain_lengths = args.inputs if "plain" in parts else []
@@ -489,7 +491,7 @@ def main(argv=None) -> None:
     if "assisted" in parts:
         target = None
         for length in args.assisted_inputs:
-            for policy in args.assisted_policies.split(","):
+            for policy in cli.split_labels(args.assisted_policies):
                 if ("assisted", policy, length, None if policy == "transformers" else args.assisted_budget) in done:
                     continue
                 if target is None:

@@ -642,16 +642,23 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+def split_labels(text: str) -> list[str]:
+    """Comma-separated policy labels -> labels; a `key=value` piece belongs to the label before it:
+    `full,rift-stat@kv_dtype=int4,kv_equal_bytes=true` -> `full` and `rift-stat@kv_dtype=int4,kv_equal_bytes=true`."""
+    labels: list[str] = []
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        if "=" in piece and "@" not in piece and labels and "@" in labels[-1]:
+            labels[-1] += "," + piece  # a further override of the previous label: rift-stat@kv_dtype=int4,rho=0.5
+        else:
+            labels.append(piece)
+    return labels
+
+
 def _policy_labels(parser, text: str, baselines: tuple[str, ...] = ()) -> list[str]:
     """Comma-separated policy labels, checked, with `full` first (retention needs the full-cache reference);
     `baselines` are further labels the command accepts. A label's overrides are comma-separated too
     (`full,rift-stat@kv_dtype=int4,kv_equal_bytes=true`): a `key=value` piece belongs to the label before it."""
-    policies: list[str] = []
-    for piece in filter(None, (p.strip() for p in text.split(","))):
-        if "=" in piece and "@" not in piece and policies and "@" in policies[-1]:
-            policies[-1] += "," + piece  # a further override of the previous label: rift-stat@kv_dtype=int4,rho=0.5
-        else:
-            policies.append(piece)
+    policies = split_labels(text)
     unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES and p not in baselines]
     if unknown:
         parser.error(f"unknown policies {unknown}; choose from {', '.join((*rift_hf.POLICIES, *baselines))}")

@@ -111,3 +111,17 @@ def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tm
     readme.write_text("a\n<!-- step-cpu:start -->\n<!-- step-cpu:end -->\nb\n")
     step.main(["--table", str(out), "--readme", str(readme)])
     assert "| rift-dyn |" in squeeze(readme.read_text()) and "x full step at 1K" in readme.read_text()
+
+
+def test_step_benchmark_takes_policy_labels_with_overrides(tmp_path):
+    """`--policies` reads labels as `rift-hf replay` does: the overrides reach the cache (an int8 selection at equal
+    bytes holds more rows in no more bytes than the plain selection)."""
+    from benchmarks import step
+
+    out = tmp_path / "step.json"
+    label = "rift-stat@kv_dtype=int8,kv_equal_bytes=true"
+    step.main(["--dry-run", "--parts", "plain", "--policies", f"rift-stat,{label}", "--out", str(out)])
+    records = {r["policy"]: r for r in json.loads(out.read_text())["records"]}
+    assert set(records) == {"rift-stat", label}
+    assert records[label]["kv_bytes"]["working"] <= records["rift-stat"]["kv_bytes"]["working"]
+    assert records[label]["kv_bytes"] != records["rift-stat"]["kv_bytes"]
