@@ -8,7 +8,7 @@ The target's greedy output is computed (or read from the replay cache) once per 
 through real `generate(assistant_model=...)` and once through `rift_hf.replay`, with the drafter in `--dtype` and the
 target in `--target-dtype`. Where the real run's output differs from the target's own greedy output (bf16
 verification of chunks rounds differently), its AL is not the replayed one; the record says so per run. Written
-after every run, so a partial file is usable.
+after every run, so a partial file is usable; a rerun with the same `--out` and setting skips the runs it holds.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 import rift_hf
-from rift_hf.cli import machine, policy_config
-from rift_hf.models import PRESETS, fix_draft_length, load_model
+from rift_hf.cli import machine, policy_config, split_labels
+from rift_hf.models import PRESETS, fix_draft_length, load_model, load_preset
 from rift_hf.prompts import prompt_set
 from rift_hf.replay import load_target_output, replay, save_target_output, target_output, target_output_path
 from rift_hf.tables import pipe_table
@@ -57,7 +58,7 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="qwen-coder", choices=sorted(PRESETS))
+    parser.add_argument("--preset", default="qwen-coder", choices=["tiny-random", *sorted(PRESETS)])
     parser.add_argument("--input-tokens", type=int, default=1024)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--per-task", type=int, default=1)
@@ -84,15 +85,27 @@ def main(argv=None) -> dict:
 
     from rift_hf.models import ensure_local
 
-    target_spec, draft_spec = PRESETS[args.preset]
-    target = load_model(target_spec, getattr(torch, args.target_dtype))
-    draft = load_model(draft_spec, getattr(torch, args.dtype))
+    if args.preset == "tiny-random":  # random fp32 models: the mechanics only (tests)
+        target, draft, tokenizer = load_preset(args.preset)
+    else:
+        target_spec, draft_spec = PRESETS[args.preset]
+        target = load_model(target_spec, getattr(torch, args.target_dtype))
+        draft = load_model(draft_spec, getattr(torch, args.dtype))
+        tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
     fix_draft_length(target, draft, gamma=11)
-    tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
     prompts = prompt_set(tokenizer, args.input_tokens, args.per_task)
     result = {key: getattr(args, key) for key in ("preset", "input_tokens", "new_tokens", "compression", "delta")}
     result |= {"drafter_dtype": args.dtype, "target_dtype": args.target_dtype, "machine": machine()}
     result |= {"date": datetime.date.today().isoformat(), "gamma": 11, "window": args.window, "runs": []}
+    if args.out.exists():  # resume: the same setting keeps its runs, another one is refused rather than mixed in
+        previous = json.loads(args.out.read_text())
+        setting = [k for k in result if k not in ("machine", "date", "runs") and previous.get(k) != result[k]]
+        if setting:
+            raise SystemExit(f"{args.out} holds runs of another setting ({', '.join(setting)}); choose another --out.")
+        result["runs"] = previous["runs"]
+    done = {(run["prompt"], run["policy"]) for run in result["runs"]}
+    policies = split_labels(args.policies)
+    progress = tqdm(total=len(prompts) * len(policies), initial=len(done), desc="agreement runs")
     gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens, "do_sample": False}
     for prompt in prompts:
         path = target_output_path(
@@ -102,7 +115,9 @@ def main(argv=None) -> dict:
             record = target_output(target, prompt.input_ids, args.new_tokens, min_new_tokens=args.new_tokens)
             save_target_output(record, path, preset=args.preset, prompt=prompt.name, dtype=args.target_dtype)
         record = load_target_output(path, prompt.input_ids)
-        for policy in args.policies.split(","):
+        for policy in policies:
+            if (prompt.name, policy) in done:
+                continue
             config = policy_config(policy, 1.0 / args.compression, args.window, args.delta, None)
             tick = time.perf_counter()
             out = target.generate(
@@ -139,7 +154,8 @@ def main(argv=None) -> dict:
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=2) + "\n")
-            print(json.dumps(result["runs"][-1]), flush=True)
+            progress.update()
+            tqdm.write(json.dumps(result["runs"][-1]))
     return result
 
 

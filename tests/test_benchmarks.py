@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from benchmarks import kernels as kernel_bench
 from tiny import squeeze
 
@@ -125,3 +127,20 @@ def test_step_benchmark_takes_policy_labels_with_overrides(tmp_path):
     assert set(records) == {"rift-stat", label}
     assert records[label]["kv_bytes"]["working"] <= records["rift-stat"]["kv_bytes"]["working"]
     assert records[label]["kv_bytes"] != records["rift-stat"]["kv_bytes"]
+
+
+def test_replay_agreement_runs_resume_and_refuse_another_setting(tmp_path):
+    """Tiny fp32 models: replay equals the real assisted run; a rerun skips what the file holds."""
+    from benchmarks import replay_agreement
+
+    out = tmp_path / "agreement.json"
+    argv = ["--preset", "tiny-random", "--input-tokens", "128", "--new-tokens", "12", "--compression", "2"]
+    argv += ["--window", "8", "--policies", "full,rift-stat@window=8", "--targets", str(tmp_path), "--out", str(out)]
+    replay_agreement.main(argv)
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["policy"] for r in runs] == ["full", "rift-stat@window=8"] * 2  # repeat and continue prompts
+    assert all(r["same_rounds"] and r["real_output_is_target_greedy"] for r in runs)
+    replay_agreement.main(argv)  # resumes: nothing to run
+    assert json.loads(out.read_text())["runs"] == runs
+    with pytest.raises(SystemExit, match="another setting"):
+        replay_agreement.main([*argv, "--new-tokens", "16"])
