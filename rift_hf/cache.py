@@ -561,6 +561,8 @@ class RiftCache(Cache):
             self.n_select = budget - self.recent - self.config.n_sink
             if self.config.kv_equal_bytes:
                 # The budget is bytes: the selection's share of them, in kv_dtype rows (sinks and window stay).
+                if self.config.kv_equal_bytes is not True:  # bytes counted as if the model ran in this dtype
+                    like = like.new_zeros(1, 1, 1, like.shape[-1], dtype=getattr(torch, self.config.kv_equal_bytes))
                 keys, values = (
                     Quantizer(like, self.config.kv_dtype, self.config.kv_group_size, per_channel)
                     for per_channel in (True, False)  # keys per channel, values per token

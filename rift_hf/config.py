@@ -26,6 +26,7 @@ CONFIG_NAME = "rift_config.json"
 POLICIES = policy_names()
 # What a quantised full store may be kept in (optimum-quanto); None keeps the model's dtype.
 STORE_DTYPES = ("int8", "int4", "int2")
+EQUAL_BYTES_DTYPES = ("bfloat16", "float16", "float32")  # `kv_equal_bytes` may count bytes as if in one of these
 
 
 @dataclass
@@ -74,9 +75,11 @@ class RiftConfig:
             working set in `int8`/`int4`/`int2` (optimum-quanto); sinks and the recent window stay in the model's
             dtype, and attention reads the selection dequantised. For the policies that select (not `full`, `swa`,
             `page-retrieval`).
-        kv_equal_bytes (`bool`, defaults to `False`): with `kv_dtype`, read `budget` as the bytes of that many tokens
-            in the model's dtype: the selection gets as many quantised rows as its share of those bytes holds (about
-            1.9x at int8 and 3.6x at int4 for 64-dim heads in bf16), so "4x" compares precisions at equal memory.
+        kv_equal_bytes (`bool` or `str`, defaults to `False`): with `kv_dtype`, read `budget` as the bytes of that many
+            tokens in the model's dtype: the selection gets as many quantised rows as its share of those bytes holds
+            (about 1.9x at int8 and 3.6x at int4 for 64-dim heads in bf16), so "4x" compares precisions at equal
+            memory. A dtype name (`"bfloat16"`, `"float16"`, `"float32"`) counts the bytes as if the model ran in that
+            dtype: an fp32 drafter (exact replay) then holds the rows a bf16 drafter would.
 
     Example:
 
@@ -112,7 +115,7 @@ class RiftConfig:
     store_residual: int = 64
     kv_dtype: str | None = None
     kv_group_size: int = 64
-    kv_equal_bytes: bool = False
+    kv_equal_bytes: bool | str = False
 
     def __post_init__(self):
         if not isinstance(self.policy, str):
@@ -141,7 +144,12 @@ class RiftConfig:
             raise TypeError(f"`n_sink` must be an int, got {self.n_sink!r}.")
         if self.n_sink < 0:
             raise ValueError(f"`n_sink` must be >= 0, got {self.n_sink}.")
-        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place", "kv_equal_bytes"):
+        if self.kv_equal_bytes not in (True, False, *EQUAL_BYTES_DTYPES):
+            raise TypeError(
+                f"`kv_equal_bytes` must be True, False or one of {', '.join(EQUAL_BYTES_DTYPES)} (count the budget's "
+                f"bytes as if the model ran in that dtype), got {self.kv_equal_bytes!r}."
+            )
+        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.store_device is not None:

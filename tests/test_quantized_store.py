@@ -179,6 +179,17 @@ def test_kv_bytes_and_equal_bytes_budget():
     assert kept["int8"] - 68 >= 1.9 * 60 and kept["int4"] - 68 == 192
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_equal_bytes_may_count_in_another_dtype(dtype):
+    """An fp32 model (exact replay) with `kv_equal_bytes="bfloat16"` holds the rows a bf16 model holds with True;
+    counted in its own fp32 bytes it holds more."""
+    as_bf16, _ = _filled_cache("rift-stat", 128, torch.bfloat16, kv_dtype=dtype, kv_equal_bytes=True)
+    fp32_as_bf16, _ = _filled_cache("rift-stat", 128, torch.float32, kv_dtype=dtype, kv_equal_bytes="bfloat16")
+    fp32_own, _ = _filled_cache("rift-stat", 128, torch.float32, kv_dtype=dtype, kv_equal_bytes=True)
+    assert fp32_as_bf16.budget == as_bf16.budget < fp32_own.budget
+    assert fp32_as_bf16.stored_tokens() == as_bf16.stored_tokens()
+
+
 @pytest.mark.parametrize("dtype", ["int4", "int8"])
 @pytest.mark.parametrize("policy", SELECTING_POLICIES)
 def test_greedy_output_is_lossless_with_a_quantised_working_set(policy, dtype):
@@ -197,6 +208,8 @@ def test_bad_quantised_working_set_settings_say_what_to_do():
         RiftConfig(policy="rift-stat", kv_dtype="fp8")
     with pytest.raises(ValueError, match="set `kv_dtype`"):
         RiftConfig(policy="rift-stat", kv_equal_bytes=True)
+    with pytest.raises(TypeError, match="as if the model ran in that dtype"):
+        RiftConfig(policy="rift-stat", kv_dtype="int4", kv_equal_bytes="int4")
     with pytest.raises(ValueError, match="drop one"):
         RiftConfig(policy="rift-dyn", kv_dtype="int4", attend_in_place=True)
 
