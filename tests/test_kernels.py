@@ -120,15 +120,21 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     assert calls, "the Triton path never attended the store in place"
 
 
+@pytest.mark.parametrize("layout", ["buffer", "slice", "transposed"])
 @pytest.mark.parametrize("sinks", [False, True])
-def test_retrieved_attention_equals_masked_attention(sinks):
+def test_retrieved_attention_equals_masked_attention(sinks, layout):
     """Per-query rows of the store attended by gathering equal softmax attention over the store with a per-query
-    mask."""
+    mask, whether the store is a whole buffer, the used part of a longer one (rows gathered in one call over the
+    buffer), or a transposed view (rows gathered per head)."""
     from rift_hf.kernels import retrieved_attention
 
     g = torch.Generator().manual_seed(3)
     query = torch.randn(1, 4, 3, 8, generator=g)
     key, value = torch.randn(1, 2, 20, 8, generator=g), torch.randn(1, 2, 20, 8, generator=g)
+    if layout == "slice":  # the used rows of a cache buffer with spare capacity
+        key, value = (torch.cat([t, torch.randn(1, 2, 7, 8, generator=g)], dim=2)[:, :, :20] for t in (key, value))
+    elif layout == "transposed":
+        key, value = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (key, value))
     # Query i (position 17 + i) attends 6 of the rows it can see.
     rows = [torch.randperm(18 + i, generator=g)[:6] for _ in range(2) for i in range(3)]
     index = torch.stack(rows).view(1, 2, 3, 6)
