@@ -27,6 +27,7 @@ from rift_hf.tables import pipe_table
 
 # Qwen2.5-Coder-0.5B-Instruct (the qwen-coder drafter): 24 layers, 14 query heads, 2 KV heads, head dim 64.
 QWEN_05B = {"layers": 24, "h_q": 14, "h_kv": 2, "dim": 64, "hidden": 896, "intermediate": 4864, "vocab": 151936}
+QWEN_15B = {"layers": 28, "h_q": 12, "h_kv": 2, "dim": 128, "hidden": 1536, "intermediate": 8960, "vocab": 151936}
 TINY = {"layers": 2, "h_q": 4, "h_kv": 2, "dim": 16, "hidden": 64, "intermediate": 96, "vocab": 96}
 
 

@@ -12,6 +12,9 @@ Parts, all in one process so that ratios compare like with like:
 - `assisted`: ms per drafted token through `generate(assistant_model=...)` (the drafter drafting for a copy of
   itself, so every round drafts its full length), for the policies and inputs of `--assisted-*`, and transformers'
   own assisted generation with a full drafter cache (`policy: "transformers"`);
+- `target` (`--target-inputs`): the target's own costs at each input length, a plain decode step (`mode:
+  "target-step"`) and a verification forward of gamma + 1 tokens (`mode: "target-verify"`), so `rift-hf table
+  <replay folder> --estimate <this file>` can turn replayed AL into an end-to-end speed estimate;
 - `graph` (CUDA only): whether the decode step with a rift cache can be captured in a CUDA graph.
 
 Records (`policy`, `input_tokens`, `budget`, `ms_per_step`, `mode`) go to `benchmarks/results/step-<device>.json`
@@ -58,6 +61,21 @@ def load_drafter(args, device, dtype):
     model = load_model(PRESETS["qwen-coder"][1], dtype).to(device)
     model.set_attn_implementation("rift")
     return model, "qwen2.5-coder-0.5b-instruct"
+
+
+def load_target(args, device, dtype):
+    """The qwen-coder target (real weights), random weights at its shapes (`--random-weights`), or a tiny random
+    model (`--dry-run`)."""
+    if args.dry_run or args.random_weights:
+        from benchmarks.kernels import QWEN_15B, qwen_shaped_model
+
+        target = qwen_shaped_model(TINY if args.dry_run else QWEN_15B, 2 * max(args.target_inputs), dtype, device)
+    else:
+        from rift_hf.models import PRESETS, load_model
+
+        target = load_model(PRESETS["qwen-coder"][0], dtype).to(device)
+    target.set_attn_implementation("sdpa")  # the target attends as it does when verifying (not through rift)
+    return target
 
 
 def prompt_ids(model, length: int, device) -> torch.Tensor:
@@ -279,6 +297,34 @@ def _times(times: list[float]) -> dict:
     }
 
 
+def run_target(target, length, args, device) -> list[dict]:
+    """The target alone at `length` tokens of context: a decode step, and a verification forward of gamma + 1 tokens
+    (what one assisted round costs the target), each timed `--target-steps` times from the same prefilled cache."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=target.config)
+    prompt = prompt_ids(target, length, device)
+    with torch.no_grad():
+        target(input_ids=prompt, past_key_values=cache, use_cache=True)
+    records = []
+    for mode, tokens in (("target-step", 1), ("target-verify", args.gamma + 1)):
+        times = []
+        for i in range(args.target_steps + 1):  # the first forward of each kind warms up, untimed
+            ids = prompt_ids(target, tokens + i, device)[:, -tokens:]
+            positions = torch.arange(length, length + tokens, device=device)[None]
+            _sync(device)
+            tick = time.perf_counter()
+            with torch.no_grad():
+                target(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True)
+            _sync(device)
+            if i:
+                times.append(time.perf_counter() - tick)
+            cache.crop(length - cache.get_seq_length())
+        records.append({"policy": "target", "input_tokens": length, "budget": None, "mode": mode, "tokens": tokens,
+                        **_times(times)})  # fmt: skip
+    return records
+
+
 def try_graph(model, prefill, length, budget, args, device) -> dict:
     """Capture one decode step with a rift-stat cache in a CUDA graph; report what blocks it if it fails."""
     cache = rift_hf.RiftCache(model.config, policy_config("rift-stat", budget, args))
@@ -355,6 +401,19 @@ def markdown(result: dict) -> str:
         headers = ["cache", "input", "budget", "ms/drafted token", "x full step at 1K", "loop share", "drafted"]
         lines.append(pipe_table(headers, rows))
         lines.append("")
+    target = {(r["mode"], r["input_tokens"]): r for r in records if r["policy"] == "target"}
+    if target:
+        lines += [
+            "The target alone (sdpa, full cache): "
+            + ", ".join(
+                f"{n} ctx: step {target['target-step', n]['ms_per_step']:.1f} ms, verification of "
+                f"{target['target-verify', n]['tokens']} tokens {target['target-verify', n]['ms_per_step']:.1f} ms"
+                for n in sorted({n for _, n in target})
+                if ("target-step", n) in target and ("target-verify", n) in target
+            )
+            + ".",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -380,7 +439,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--assisted-tokens", type=int, default=160, help="new tokens per assisted run (> delta, so rift-dyn rescores)"
     )
-    parser.add_argument("--parts", default="full,plain,assisted,graph", help="which parts to run")
+    parser.add_argument("--parts", default="full,plain,assisted,target,graph", help="which parts to run")
+    parser.add_argument("--target-inputs", type=ints, default=[4096], help="input lengths, target part")
+    parser.add_argument("--target-steps", type=int, default=8, help="timed forwards per record, target part")
     parser.add_argument("--gamma", type=int, default=8, help="drafted tokens per round (constant), assisted part")
     parser.add_argument("--baseline-context", type=int, default=1024, help="context of the interleaved full step")
     parser.add_argument(
@@ -406,7 +467,7 @@ def main(argv=None) -> None:
     if args.dry_run:
         args.contexts, args.inputs, args.budgets, args.assisted_inputs = [64, 128], [128], [48], [96]
         args.steps, args.window, args.delta, args.assisted_tokens, args.assisted_budget = 6, 8, 4, 8, 48
-        args.baseline_context, args.gamma = 64, 3
+        args.baseline_context, args.gamma, args.target_inputs, args.target_steps = 64, 3, [96], 2
     parts = set(args.parts.split(","))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
     dtype = torch.float32 if args.dry_run else torch.bfloat16
@@ -503,6 +564,13 @@ def main(argv=None) -> None:
                     fix_draft_length(model, target, gamma=args.gamma)
                 budget = None if policy == "transformers" else args.assisted_budget
                 save(run_assisted(model, target, length, policy, budget, args, device, baseline))
+    if "target" in parts:
+        todo = [n for n in args.target_inputs if ("target-verify", "target", n, None) not in done]
+        if todo:
+            real_target = load_target(args, device, dtype)
+            for length in todo:
+                for record in run_target(real_target, length, args, device):
+                    save(record)
     print(f"wrote {path}")
 
 

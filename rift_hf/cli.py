@@ -493,6 +493,103 @@ def regime_wide_table(run_dir: Path, policies: list[str] | None = None) -> str:
     return pipe_table(["policy"] + [f"{c:g}x {task}" for c, task in columns], table) + "\n"
 
 
+def _timing(records: list[dict], mode: str, policy: str, tokens: int, budget: int | None) -> dict | None:
+    """The record of `mode` and `policy` nearest to `tokens` inputs and `budget` (each within 10%; any budget for a
+    cache that keeps everything), or None."""
+
+    def near(a, b):
+        return a is not None and b is not None and abs(a - b) <= 0.1 * b
+
+    found = [
+        r
+        for r in records
+        if r["mode"] == mode
+        and r["policy"] == policy
+        and near(r["input_tokens"], tokens)
+        and (budget is None or near(r["budget"], budget))
+    ]
+    return min(found, key=lambda r: abs(r["input_tokens"] - tokens), default=None)
+
+
+def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) -> list[dict]:
+    """
+    End-to-end speed of each policy and regime of a replay run, estimated from its replayed AL and measured costs:
+
+        tokens/s = AL / (gamma * t_draft + t_verify),    speed-up = tokens/s * t_target
+
+    with `t_draft` the drafter's ms per drafted token through the assisted loop at the nearest input length and budget
+    (`benchmarks.step`, mode `assisted`), `t_verify` the target's forward of gamma + 1 tokens and `t_target` its plain
+    decode step at the nearest input length (modes `target-verify`, `target-step`). Decoding only: prefills and the
+    growth of the context during generation are left out. A row without a matching timing gets None.
+    """
+    records = step["records"]
+    gamma = None
+    for compare_json in Path(run_dir).glob("*x/compare.json"):
+        gamma = json.loads(compare_json.read_text()).get("gamma", gamma)
+    if gamma is None:
+        raise ValueError(f"{run_dir} has no compare.json with the draft length (gamma); finish the replay run first.")
+    out = []
+    by_prompt = {}
+    for path in Path(run_dir).glob("*x/rows.jsonl"):
+        for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
+            by_prompt.setdefault((row["task"], row["policy"], float(path.parent.name[:-1])), []).append(row)
+    for r in regime_rows(run_dir, policies):
+        mine = by_prompt[r["task"], r["policy"], r["compression"]]
+        out.append({**r, "budget": statistics.mean(x["budget"] for x in mine)})
+    for task in dict.fromkeys(r["task"] for r in out):
+        full = [row for (t, p, _), rows in by_prompt.items() if t == task and p == "full" for row in rows]
+        full = list({row["prompt"]: row for row in full}.values())  # the same rows at every compression
+        if full:
+            out.insert(0, {"compression": None, "policy": "full", "task": task, "prompts": len(full), "budget": None,
+                           "al": statistics.mean(row["al"] for row in full), "retention": 1.0})  # fmt: skip
+    for r in out:
+        tokens = statistics.mean(
+            row["input_tokens"] for rows in by_prompt.values() for row in rows if row["task"] == r["task"]
+        )
+        draft = _timing(records, "assisted", r["policy"], tokens, r["budget"])
+        verify = _timing(records, "target-verify", "target", tokens, None)
+        target = _timing(records, "target-step", "target", tokens, None)
+        r["draft_ms"] = draft and draft["ms_per_step"]
+        r["tokens_per_s"] = r["speedup"] = None
+        if draft and verify and target:
+            r["tokens_per_s"] = 1e3 * r["al"] / (gamma * draft["ms_per_step"] + verify["ms_per_step"])
+            r["speedup"] = r["tokens_per_s"] * target["ms_per_step"] / 1e3
+        r["gamma"] = gamma
+    return out
+
+
+def estimate_table(run_dir: Path, step: dict, policies: list[str] | None = None) -> str:
+    """Markdown of `estimate_rows`, with its formula and where the timings come from."""
+    rows = estimate_rows(run_dir, step, policies)
+    target = [r for r in step["records"] if r["policy"] == "target"]
+    gamma = rows[0]["gamma"] if rows else "-"
+    head = (
+        f"Estimated from replayed AL and `python -m benchmarks.step` ({step.get('weights')}, {step.get('dtype')}, "
+        f"{step.get('device')}, {step.get('threads')} threads, {step.get('date')}): tokens/s = AL / (gamma x drafter "
+        f"ms per drafted token + target verification ms), gamma = {gamma}; speed-up = tokens/s x the target's decode "
+        "step. Decoding only (prefills left out)."
+    )
+    if target:
+        head += " Target: " + ", ".join(f"{r['mode']} {r['ms_per_step']:.1f} ms at {r['input_tokens']}" for r in target)
+    headers = ["policy", "compression", "regime", "prompts", "AL", "retention", "drafter ms/token", "est. tokens/s",
+               "est. speed-up vs target alone"]  # fmt: skip
+    cells = [
+        [
+            r["policy"],
+            "-" if r["compression"] is None else f"{r['compression']:g}x",
+            r["task"],
+            r["prompts"],
+            f"{r['al']:.2f}",
+            f"{r['retention']:.2f}",
+            _fmt(r["draft_ms"], ".1f"),
+            _fmt(r["tokens_per_s"], ".2f"),
+            "-" if r["speedup"] is None else f"{r['speedup']:.2f}x",
+        ]
+        for r in rows
+    ]
+    return head + "\n\n" + pipe_table(headers, cells) + "\n"
+
+
 def markdown_table(result: dict) -> str:
     head = (
         f"{result['preset']}, "
@@ -750,6 +847,13 @@ def main(argv=None) -> None:
         default=None,
         help="a replay folder: only these comma-separated policy labels, in the folder's order (default: all)",
     )
+    tab.add_argument(
+        "--estimate",
+        type=Path,
+        metavar="STEP_JSON",
+        help="a replay folder: estimate end-to-end speed from its AL and the timings of `python -m benchmarks.step` "
+        "(drafter ms per drafted token in the assisted loop, the target's step and verification)",
+    )
     pub = sub.add_parser("push", help="check a drafter folder (loads in plain transformers) and upload it to the Hub")
     pub.add_argument("folder", type=Path, help="the drafter folder, e.g. <train out>/model")
     pub.add_argument("repo_id", help="Hub model repository, e.g. you/qwen2.5-coder-0.5b-rift")
@@ -883,7 +987,10 @@ def main(argv=None) -> None:
             if not any(args.result.glob("*x/rows.jsonl")):
                 parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
             chosen = [p for p in _policy_labels(parser, args.policies) if p != "full"] if args.policies else None
-            table = regime_wide_table(args.result, chosen) if args.wide else regime_table(args.result, chosen)
+            if args.estimate:
+                table = estimate_table(args.result, json.loads(args.estimate.read_text()), chosen)
+            else:
+                table = regime_wide_table(args.result, chosen) if args.wide else regime_table(args.result, chosen)
             if args.plot:
                 from .plots import plot_regimes
 

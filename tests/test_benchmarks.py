@@ -102,9 +102,10 @@ def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tm
     modes = {(r["mode"], r["policy"]) for r in records}
     assert ("plain", "full") in modes and ("assisted", "transformers") in modes
     assert {("plain", p) for p in ("swa", "snapkv", "rift-stat", "rift-dyn", "rift-ada")} <= modes
+    assert {("target-step", "target"), ("target-verify", "target")} <= modes
     for record in records:
         assert record["ms_per_step"] > 0
-        if record["policy"] != "full" or record["mode"] == "assisted":
+        if record["policy"] not in ("full", "target") or record["mode"] == "assisted":
             assert record["ratio_to_baseline"] > 0
     assert any(r["rescorings"] for r in records if r["policy"] == "rift-dyn" and r["mode"] == "plain")
     step.main(["--dry-run", "--out", str(out)])  # resumes: nothing left to measure

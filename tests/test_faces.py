@@ -284,6 +284,43 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     assert "| rift-stat | **0.20**" in text and "snapkv" not in text and "| p |" not in text
 
 
+def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
+    """tokens/s = AL / (gamma x drafter ms per drafted token + verification ms); speed-up = tokens/s x target step.
+    Timings match by nearest input length and budget (within 10%); a policy without one gets '-'."""
+    from rift_hf.cli import estimate_rows, main
+
+    rows = [
+        {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0, "budget": None, "input_tokens": 4100},
+        {"prompt": "repeat:a", "task": "repeat", "policy": "p", "al": 5.0, "budget": 1030, "input_tokens": 4100},
+        {"prompt": "repeat:a", "task": "repeat", "policy": "q", "al": 4.0, "budget": 1030, "input_tokens": 4100},
+    ]
+    (tmp_path / "4x").mkdir()
+    (tmp_path / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "4x" / "compare.json").write_text(json.dumps({"gamma": 4}))
+    timing = {"input_tokens": 4096, "mode": "assisted"}
+    step = {
+        "records": [
+            {**timing, "policy": "full", "budget": 1024, "ms_per_step": 30.0},
+            {**timing, "policy": "p", "budget": 1024, "ms_per_step": 20.0},
+            {**timing, "policy": "q", "budget": 2048, "ms_per_step": 10.0},  # another budget: no match
+            {"policy": "target", "mode": "target-verify", "input_tokens": 4096, "budget": None, "ms_per_step": 120.0},
+            {"policy": "target", "mode": "target-step", "input_tokens": 4096, "budget": None, "ms_per_step": 100.0},
+        ]
+    }
+    got = {r["policy"]: r for r in estimate_rows(tmp_path, step)}
+    assert got["p"]["tokens_per_s"] == pytest.approx(1e3 * 5.0 / (4 * 20.0 + 120.0))
+    assert got["p"]["speedup"] == pytest.approx(5.0 * 100.0 / (4 * 20.0 + 120.0))
+    assert got["full"]["speedup"] == pytest.approx(10.0 * 100.0 / (4 * 30.0 + 120.0))
+    assert got["q"]["speedup"] is None and got["q"]["draft_ms"] is None
+    (tmp_path / "step.json").write_text(json.dumps(step))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- est:start -->\n<!-- est:end -->\n")
+    main(["table", str(tmp_path), "--estimate", str(tmp_path / "step.json"), "--readme", str(readme), "--block", "est"])
+    text = squeeze(readme.read_text())
+    assert "| p | 4x | repeat | 1 | 5.00 | 0.50 | 20.0 | 25.00 | 2.50x |" in text
+    assert "| q | 4x | repeat | 1 | 4.00 | 0.40 | - | - | - |" in text
+
+
 def test_policy_labels_take_several_overrides():
     import argparse
 
