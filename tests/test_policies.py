@@ -158,3 +158,22 @@ def test_page_retrieval_attends_sinks_the_best_pages_and_the_window_per_query():
             best = shares.topk(6).indices.tolist()
             expected = {0, 1} | {2 + 4 * j + o for j in best for o in range(4)} | set(range(p - recent + 1, p + 1))
             assert set(rows) == expected
+
+
+def test_page_round_keeps_the_pages_the_newest_query_points_at():
+    """page-round scores whole pages (from `n_sink` on) with the newest query only, as page-retrieval would for that
+    query, and keeps the top pages inside `[lo, hi)` per KV head."""
+    policy = RiftConfig(policy="page-round", budget=32, block_size=4, n_sink=2, window=4).policy_object
+    retrieval = RiftConfig(policy="page-retrieval", budget=32, block_size=4, n_sink=2, window=4).policy_object
+    g = torch.Generator().manual_seed(3)
+    keys = torch.randn(1, 2, 41, 8, generator=g)  # 2 sinks, 9 whole pages of 4, 3 tokens after them
+    query = torch.randn(1, 4, 5, 8, generator=g)  # the last 5 queries; only the newest counts
+    scores = policy.score(query, keys, 0.5, None)
+    summaries = retrieval.summarise(keys[:, :, 2:38].unflatten(2, (9, 4)))
+    shares = torch.softmax(retrieval.page_scores(query[:, :, -1:], summaries, 0.5), dim=-1).mean(2)[0, :, 0]
+    torch.testing.assert_close(scores[0, :, 2:38], shares.repeat_interleave(4, dim=-1))
+    assert float(scores[0, :, :2].abs().sum() + scores[0, :, 38:].abs().sum()) == 0
+    chosen = policy.select(scores, lo=2, hi=30, count=12)  # pages 0..6 lie inside [2, 30): keep the best 3
+    for h in range(2):
+        best = sorted(shares[h, :7].topk(3).indices.tolist())
+        assert chosen[h].tolist() == [2 + 4 * j + o for j in best for o in range(4)]

@@ -2,7 +2,7 @@
 
 # isort: off
 # Importing a policy's file registers it; this order is the order `policy_names()` lists them in.
-from . import full, swa, snapkv, rift_stat, rift_stat_block, rift_dyn, rift_ada, page_ahead, page_retrieval  # noqa: F401
+from . import full, swa, snapkv, rift_stat, rift_stat_block, rift_dyn, rift_ada, page_ahead, page_retrieval, page_round  # noqa: F401,E501
 
 # isort: on
 from .base import Policy, policy_class, policy_names, register
