@@ -297,31 +297,47 @@ def _times(times: list[float]) -> dict:
     }
 
 
-def run_target(target, length, args, device) -> list[dict]:
-    """The target alone at `length` tokens of context: a decode step, and a verification forward of gamma + 1 tokens
-    (what one assisted round costs the target), each timed `--target-steps` times from the same prefilled cache."""
+def run_target(target, length, args, device, baseline: Baseline) -> list[dict]:
+    """
+    The target at `length` tokens of context, from one prefilled cache, `--target-steps` timed forwards of each kind
+    (the first of each kind warms up, untimed):
+    - `target-step`: a decode step, back to back as the target alone decodes, with drafter baseline steps timed just
+      before and just after the block (the scale of its ratio);
+    - `target-verify`: a forward of gamma + 1 tokens, what one assisted round costs the target, with a drafter baseline
+      step between forwards as drafting comes between verifications.
+    """
     from transformers import DynamicCache
 
     cache = DynamicCache(config=target.config)
     prompt = prompt_ids(target, length, device)
     with torch.no_grad():
         target(input_ids=prompt, past_key_values=cache, use_cache=True)
+
+    def forward(tokens: int, seed: int) -> float:
+        ids = prompt_ids(target, tokens + seed, device)[:, -tokens:]
+        positions = torch.arange(length, length + tokens, device=device)[None]
+        _sync(device)
+        tick = time.perf_counter()
+        with torch.no_grad():
+            target(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True)
+        _sync(device)
+        cache.crop(length - cache.get_seq_length())
+        return time.perf_counter() - tick
+
     records = []
     for mode, tokens in (("target-step", 1), ("target-verify", args.gamma + 1)):
-        times = []
-        for i in range(args.target_steps + 1):  # the first forward of each kind warms up, untimed
-            ids = prompt_ids(target, tokens + i, device)[:, -tokens:]
-            positions = torch.arange(length, length + tokens, device=device)[None]
-            _sync(device)
-            tick = time.perf_counter()
-            with torch.no_grad():
-                target(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True)
-            _sync(device)
-            if i:
-                times.append(time.perf_counter() - tick)
-            cache.crop(length - cache.get_seq_length())
+        forward(tokens, 0)
+        if mode == "target-step":
+            base = [baseline.step() for _ in range(3)]
+            times = [forward(tokens, i + 1) for i in range(args.target_steps)]
+            base += [baseline.step() for _ in range(3)]
+        else:
+            times, base = [], []
+            for i in range(args.target_steps):
+                base.append(baseline.step())
+                times.append(forward(tokens, i + 1))
         records.append({"policy": "target", "input_tokens": length, "budget": None, "mode": mode, "tokens": tokens,
-                        **_times(times)})  # fmt: skip
+                        **_times(times), **_baseline(base, times, baseline)})  # fmt: skip
     return records
 
 
@@ -418,7 +434,7 @@ def markdown(result: dict) -> str:
 
 
 def key(record: dict) -> tuple:
-    return record["mode"], record["policy"], record["input_tokens"], record["budget"]
+    return record["mode"], record["policy"], record["input_tokens"], record["budget"], record.get("tokens")
 
 
 def main(argv=None) -> None:
@@ -507,7 +523,7 @@ def main(argv=None) -> None:
     )
 
     def save(record: dict) -> None:
-        result["records"].append(record)
+        result["records"] = [r for r in result["records"] if key(r) != key(record)] + [record]  # a rerun replaces
         done.add(key(record))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
@@ -528,13 +544,13 @@ def main(argv=None) -> None:
         todo_full = [
             c
             for c in full_contexts
-            if ("plain", "full", c, None) not in done and c <= length and not any(c <= x for x in shorter)
+            if ("plain", "full", c, None, None) not in done and c <= length and not any(c <= x for x in shorter)
         ]
         todo = [
             (p, b)
             for p in policies
             for b in args.budgets
-            if length in plain_lengths and b < length and ("plain", p, length, b) not in done
+            if length in plain_lengths and b < length and ("plain", p, length, b, None) not in done
         ]
         if not todo_full and not todo:
             continue
@@ -553,7 +569,8 @@ def main(argv=None) -> None:
         target = None
         for length in args.assisted_inputs:
             for policy in cli.split_labels(args.assisted_policies):
-                if ("assisted", policy, length, None if policy == "transformers" else args.assisted_budget) in done:
+                budget = None if policy == "transformers" else args.assisted_budget
+                if ("assisted", policy, length, budget, None) in done:
                     continue
                 if target is None:
                     from rift_hf.models import fix_draft_length
@@ -565,11 +582,11 @@ def main(argv=None) -> None:
                 budget = None if policy == "transformers" else args.assisted_budget
                 save(run_assisted(model, target, length, policy, budget, args, device, baseline))
     if "target" in parts:
-        todo = [n for n in args.target_inputs if ("target-verify", "target", n, None) not in done]
+        todo = [n for n in args.target_inputs if ("target-verify", "target", n, None, args.gamma + 1) not in done]
         if todo:
             real_target = load_target(args, device, dtype)
             for length in todo:
-                for record in run_target(real_target, length, args, device):
+                for record in run_target(real_target, length, args, device, baseline):
                     save(record)
     print(f"wrote {path}")
 

@@ -519,8 +519,10 @@ def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) 
 
     with `t_draft` the drafter's ms per drafted token through the assisted loop at the nearest input length and budget
     (`benchmarks.step`, mode `assisted`), `t_verify` the target's forward of gamma + 1 tokens and `t_target` its plain
-    decode step at the nearest input length (modes `target-verify`, `target-step`). Decoding only: prefills and the
-    growth of the context during generation are left out. A row without a matching timing gets None.
+    decode step at the nearest input length (modes `target-verify`, `target-step`). Each is taken as its record's
+    ratio to the interleaved drafter step times that step's time during the target's records, so drift of the
+    machine between records cancels. Decoding only: prefills and the growth of the context during generation are
+    left out. A row without a matching timing gets None.
     """
     records = step["records"]
     gamma = None
@@ -547,13 +549,17 @@ def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) 
             row["input_tokens"] for rows in by_prompt.values() for row in rows if row["task"] == r["task"]
         )
         draft = _timing(records, "assisted", r["policy"], tokens, r["budget"])
-        verify = _timing(records, "target-verify", "target", tokens, None)
+        verify = _timing([x for x in records if x.get("tokens") == gamma + 1], "target-verify", "target", tokens, None)
         target = _timing(records, "target-step", "target", tokens, None)
-        r["draft_ms"] = draft and draft["ms_per_step"]
+        r["draft_ms"] = draft and draft["ratio_to_baseline"] * target["baseline_ms"] if target else None
         r["tokens_per_s"] = r["speedup"] = None
         if draft and verify and target:
-            r["tokens_per_s"] = 1e3 * r["al"] / (gamma * draft["ms_per_step"] + verify["ms_per_step"])
-            r["speedup"] = r["tokens_per_s"] * target["ms_per_step"] / 1e3
+            # Each cost as its ratio to the drafter's full-cache step timed between its own steps or rounds (robust to
+            # the machine's drift over a long run), scaled by that step's time during the target's records.
+            unit = target["baseline_ms"]
+            draft_ms, verify_ms, target_ms = (x["ratio_to_baseline"] * unit for x in (draft, verify, target))
+            r["tokens_per_s"] = 1e3 * r["al"] / (gamma * draft_ms + verify_ms)
+            r["speedup"] = r["tokens_per_s"] * target_ms / 1e3
         r["gamma"] = gamma
     return out
 

@@ -297,14 +297,39 @@ def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
     (tmp_path / "4x").mkdir()
     (tmp_path / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "4x" / "compare.json").write_text(json.dumps({"gamma": 4}))
-    timing = {"input_tokens": 4096, "mode": "assisted"}
+    timing = {"input_tokens": 4096, "mode": "assisted", "baseline_ms": 100.0}
     step = {
         "records": [
-            {**timing, "policy": "full", "budget": 1024, "ms_per_step": 30.0},
-            {**timing, "policy": "p", "budget": 1024, "ms_per_step": 20.0},
-            {**timing, "policy": "q", "budget": 2048, "ms_per_step": 10.0},  # another budget: no match
-            {"policy": "target", "mode": "target-verify", "input_tokens": 4096, "budget": None, "ms_per_step": 120.0},
-            {"policy": "target", "mode": "target-step", "input_tokens": 4096, "budget": None, "ms_per_step": 100.0},
+            {**timing, "policy": "full", "budget": 1024, "ms_per_step": 30.0, "ratio_to_baseline": 0.3},
+            {**timing, "policy": "p", "budget": 1024, "ms_per_step": 20.0, "ratio_to_baseline": 0.2},
+            {**timing, "policy": "q", "budget": 2048, "ms_per_step": 10.0, "ratio_to_baseline": 0.1},  # no match
+            {
+                "policy": "target",
+                "mode": "target-verify",
+                "input_tokens": 4096,
+                "budget": None,
+                "ms_per_step": 120.0,
+                "tokens": 5,
+                "ratio_to_baseline": 1.2,
+                "baseline_ms": 100.0,
+            },
+            {
+                "policy": "target",
+                "mode": "target-verify",
+                "input_tokens": 4096,
+                "budget": None,
+                "ms_per_step": 1.0,
+                "tokens": 9,
+            },  # another draft length: not used
+            {
+                "policy": "target",
+                "mode": "target-step",
+                "input_tokens": 4096,
+                "budget": None,
+                "ms_per_step": 100.0,
+                "ratio_to_baseline": 1.0,
+                "baseline_ms": 100.0,
+            },  # the scale: drafter ms = ratio x 100
         ]
     }
     got = {r["policy"]: r for r in estimate_rows(tmp_path, step)}
