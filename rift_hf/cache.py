@@ -611,7 +611,7 @@ class RiftCache(Cache):
                     layer.restore()
             tokens_to_remove = -(seen - max(target, self._snapshot_length))
         super().crop(tokens_to_remove)
-        self._commit()
+        self._commit(rollback=True)
         if self.record_past:
             self._await_verified_forward()
 
@@ -625,13 +625,21 @@ class RiftCache(Cache):
             self._verified_forward_done = False
             self._commit()
 
-    def _commit(self) -> None:
+    def _commit(self, rollback: bool = False) -> None:
+        """Commit every compressed layer; refresh the selection where the policy's schedule says so (after a rollback
+        only if the policy refreshes there: `Policy.refresh_at_rollback`)."""
         if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
             return
         seen = self.rift_layers[0].seen
         rescore, reason, signals = False, "", None
         started = self.rift_layers[0].selected is not None
-        if started and seen > self.budget and self.schedule.due(seen - self._last_select, seen - self._last_check):
+        may_refresh = not rollback or self.policy.refresh_at_rollback
+        if (
+            started
+            and may_refresh
+            and seen > self.budget
+            and self.schedule.due(seen - self._last_select, seen - self._last_check)
+        ):
             self._last_check = seen
             if self.records_queries:  # rift-ada decides on it; rift-dyn logs it so E5 can calibrate the threshold
                 self.signals.drift = self._drift()

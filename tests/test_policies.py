@@ -177,3 +177,21 @@ def test_page_round_keeps_the_pages_the_newest_query_points_at():
     for h in range(2):
         best = sorted(shares[h, :7].topk(3).indices.tolist())
         assert chosen[h].tolist() == [2 + 4 * j + o for j in best for o in range(4)]
+
+
+def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed():
+    """Assisted generation commits twice per round (after the rollback, after the re-feed); page-round refreshes only
+    at the second, with the newest verified query, so it rescores at most once per round; lossless as every policy."""
+    import rift_hf
+    from tiny import draft_target_pair, make_prompt
+
+    target, draft = draft_target_pair("llama", 4)
+    ids = make_prompt(60, seed=3)
+    reference = target.generate(ids, max_new_tokens=30, do_sample=False)
+    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4}
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    stats = rift_hf.last_stats(target)
+    assert torch.equal(out, reference)
+    assert 0 < len(stats.rescorings) <= len(stats.rounds)

@@ -59,6 +59,9 @@ class Policy:
         block_size: default block (page) length, for policies that select whole blocks.
         retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
+        refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
+            generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
+            tokens; a policy that refreshes every round wants only the second, which has the newest query).
     """
 
     name: ClassVar[str] = ""
@@ -68,6 +71,7 @@ class Policy:
     rho: ClassVar[float] = 0.5
     block_size: ClassVar[int] = 16
     retrieves: ClassVar[bool] = False
+    refresh_at_rollback: ClassVar[bool] = True
 
     def __init__(self, config: RiftConfig):
         self.config = config
