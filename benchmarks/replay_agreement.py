@@ -71,14 +71,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--targets", type=Path, default=Path("benchmarks/results/targets"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/replay_agreement.json"))
     parser.add_argument("--table", type=Path, help="only render this result file as markdown")
-    parser.add_argument("--readme", type=Path, help="with --table: write it into the README's replay-agreement block")
+    parser.add_argument("--readme", type=Path, help="with --table: write it into this file's block (--block)")
+    parser.add_argument("--block", default="replay-agreement", help="with --readme: the <!-- NAME:start --> block")
     args = parser.parse_args(argv)
     if args.table:
         from rift_hf.cli import write_into_readme
 
         text = markdown(json.loads(args.table.read_text()))
         if args.readme:
-            write_into_readme(text, args.readme, "replay-agreement")
+            write_into_readme(text, args.readme, args.block)
         print(text)
         return {}
     from transformers import AutoTokenizer
