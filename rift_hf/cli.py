@@ -544,21 +544,22 @@ def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) 
         if full:
             out.insert(0, {"compression": None, "policy": "full", "task": task, "prompts": len(full), "budget": None,
                            "al": statistics.mean(row["al"] for row in full), "retention": 1.0})  # fmt: skip
+    inputs = {task: statistics.mean(row["input_tokens"] for (t, _, _), rows in by_prompt.items() if t == task
+                                    for row in rows) for task in dict.fromkeys(r["task"] for r in out)}  # fmt: skip
+    verifications = [x for x in records if x.get("tokens") == gamma + 1]
     for r in out:
-        tokens = statistics.mean(
-            row["input_tokens"] for rows in by_prompt.values() for row in rows if row["task"] == r["task"]
-        )
+        tokens = inputs[r["task"]]
         draft = _timing(records, "assisted", r["policy"], tokens, r["budget"])
-        verify = _timing([x for x in records if x.get("tokens") == gamma + 1], "target-verify", "target", tokens, None)
+        verify = _timing(verifications, "target-verify", "target", tokens, None)
         target = _timing(records, "target-step", "target", tokens, None)
-        r["draft_ms"] = draft and draft["ratio_to_baseline"] * target["baseline_ms"] if target else None
+        # Each cost as its ratio to the drafter's full-cache step timed between its own steps or rounds (robust to the
+        # machine's drift over a long run), scaled by that step's time during the target's records.
+        unit = target["baseline_ms"] if target else None
+        r["draft_ms"] = draft["ratio_to_baseline"] * unit if draft and unit else None
         r["tokens_per_s"] = r["speedup"] = None
         if draft and verify and target:
-            # Each cost as its ratio to the drafter's full-cache step timed between its own steps or rounds (robust to
-            # the machine's drift over a long run), scaled by that step's time during the target's records.
-            unit = target["baseline_ms"]
-            draft_ms, verify_ms, target_ms = (x["ratio_to_baseline"] * unit for x in (draft, verify, target))
-            r["tokens_per_s"] = 1e3 * r["al"] / (gamma * draft_ms + verify_ms)
+            verify_ms, target_ms = verify["ratio_to_baseline"] * unit, target["ratio_to_baseline"] * unit
+            r["tokens_per_s"] = 1e3 * r["al"] / (gamma * r["draft_ms"] + verify_ms)
             r["speedup"] = r["tokens_per_s"] * target_ms / 1e3
         r["gamma"] = gamma
     return out

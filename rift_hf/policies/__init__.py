@@ -2,7 +2,18 @@
 
 # isort: off
 # Importing a policy's file registers it; this order is the order `policy_names()` lists them in.
-from . import full, swa, snapkv, rift_stat, rift_stat_block, rift_dyn, rift_ada, page_ahead, page_retrieval, page_round  # noqa: F401,E501
+from . import (  # noqa: F401
+    full,
+    swa,
+    snapkv,
+    rift_stat,
+    rift_stat_block,
+    rift_dyn,
+    rift_ada,
+    page_ahead,
+    page_retrieval,
+    page_round,
+)
 
 # isort: on
 from .base import Policy, policy_class, policy_names, register

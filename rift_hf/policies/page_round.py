@@ -4,10 +4,9 @@ page-retrieval picks, at every drafted token, the pages that token's own query s
 scoring and gather cost about 0.1x of a decode step. page-round scores the pages the same way (a page's midrange key
 against a query, a softmax over pages per query head, averaged over the query heads of a KV head), but only with the
 newest verified query and only once per verification round (at the commit after the drafter re-feeds the verified
-tokens). From the full store it then
-builds a working set of the sinks, the top whole pages and the recent window, as rift-dyn's rescoring does, and the
-drafted tokens of the round attend that working set like a rift-stat step. What a round costs beyond rift-stat is one
-scoring over the page summaries and one gather of the budget.
+tokens). From the full store it then builds a working set of the sinks, the top whole pages and the recent window,
+as rift-dyn's rescoring does, and the drafted tokens of the round attend that working set like a rift-stat step.
+What a round costs beyond rift-stat is one scoring over the page summaries and one gather of the budget.
 """
 
 from __future__ import annotations
