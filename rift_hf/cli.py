@@ -66,6 +66,7 @@ def compare(
     models: tuple | None = None,
     summary_path: Path | None = None,
     reuse: dict | None = None,
+    resume: bool = False,
 ) -> dict:
     """
     Run `policies` side by side on the same prompts; returns (and writes) the records.
@@ -75,7 +76,9 @@ def compare(
     `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
     `(target, draft, tokenizer)`; `reuse`, a dict shared between calls, keeps every generation by (prompt, length,
     config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
-    generating again (`full` ignores budget and Δ).
+    generating again (`full` ignores budget and Δ). Every generation is also appended to `<out_dir>/runs.jsonl` as it
+    finishes (with its new token ids); with `resume`, a run of the same setting reads those back, so a killed run
+    continues where it stopped and a later run can add policies or prompts (without it the log starts afresh).
     """
     from .models import fix_draft_length, load_preset
     from .prompts import describe_sources, prompt_set
@@ -84,19 +87,56 @@ def compare(
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=torch_dtype)
     fix_draft_length(target, draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    settings = {
+        "preset": preset,
+        "compression": compression if budget_tokens is None else None,
+        "budget_tokens": budget_tokens,
+        "extra": extra or {},
+        "gamma": gamma,
+        "window": window,
+        "delta": delta,
+        "input_tokens": input_tokens,
+        "new_tokens": new_tokens,
+        "tasks": list(tasks),
+        "sources": describe_sources(sources),
+        "dtype": dtype,
+        "machine": machine(),
+    }
+    log = RunLog(out_dir / "runs.jsonl", settings, resume=resume)
     runs = []
     steps = len(prompts) * (len(policies) + 1)
     with tqdm(total=steps, desc="compare") as bar:
         for prompt in prompts:
             gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
             prompt_key = (prompt.input_ids.cpu().numpy().tobytes(), new_tokens, gamma)
-            plain, plain_seconds, _ = _generate(reuse, (prompt_key, "target"), target, prompt.input_ids, **gen)
+            logged = log.get(prompt, "target")
+            if logged is None:
+                plain, plain_seconds, _ = _generate(reuse, (prompt_key, "target"), target, prompt.input_ids, **gen)
+                plain = plain.cpu()
+                log.add(prompt, {"prompt": prompt.name, "policy": "target", "seconds": plain_seconds}, plain)
+            else:
+                plain, plain_seconds = log.output(prompt, logged), logged["seconds"]
             bar.update()
             full_output = None
             for policy in policies:
                 bar.set_postfix_str(f"{prompt.name} {policy}")
+                logged = log.get(prompt, policy)
+                if logged is not None:
+                    out = log.output(prompt, logged)
+                    run = {k: v for k, v in logged.items() if k != "new_ids"}
+                    run["same_as_target"] = bool(torch.equal(out, plain))
+                    if policy == "full":
+                        full_output = out
+                    elif "same_as_full_drafter" in run:
+                        same = None if full_output is None else bool(torch.equal(out, full_output))
+                        run["same_as_full_drafter"] = same
+                    runs.append(run)
+                    bar.update()
+                    continue
                 if policy == TRANSFORMERS:
-                    runs.append(_transformers_run(target, draft, prompt, plain, plain_seconds, gen))
+                    run, out = _transformers_run(target, draft, prompt, plain, plain_seconds, gen)
+                    runs.append(run)
+                    log.add(prompt, run, out)
                     bar.update()
                     continue
                 config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
@@ -111,6 +151,7 @@ def compare(
                     cache_config=config,
                     **gen,
                 )
+                out = out.cpu()
                 if policy == "full":
                     full_output = out
                 runs.append(
@@ -138,6 +179,7 @@ def compare(
                         "peak_store_bytes": stats.peak_store_bytes,
                     }
                 )
+                log.add(prompt, runs[-1], out)
                 bar.update()
     summary = summarise(runs, policies)
     result = {
@@ -172,7 +214,7 @@ def compare(
     return result
 
 
-def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> dict:
+def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> tuple[dict, torch.Tensor]:
     """transformers' own assisted generation (the drafter on a `DynamicCache`): speed, and AL as new tokens per target
     forward (one forward per round)."""
     forwards = []
@@ -181,6 +223,7 @@ def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> dict:
         out, seconds = _timed_generate(target, prompt.input_ids, assistant_model=draft, **gen)
     finally:
         handle.remove()
+    out = out.cpu()
     new = out.shape[1] - prompt.tokens
     return {
         "prompt": prompt.name,
@@ -193,7 +236,52 @@ def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> dict:
         "tokens_per_s": new / seconds,
         "speedup": plain_seconds / seconds,
         "same_as_target": bool(torch.equal(out, plain)),
-    }
+    }, out
+
+
+class RunLog:
+    """
+    `compare`'s generations as they finish, one JSON line each after a first line with the run's setting; each line
+    keeps its record and the new token ids (`new_ids`), so the lossless checks hold for runs read back. `resume`
+    reads a log of the same setting back (another setting is refused: say another folder); without it a log starts
+    afresh. A line cut by a kill is dropped.
+    """
+
+    def __init__(self, path: Path, settings: dict, *, resume: bool):
+        self.path, self.rows = Path(path), {}
+        settings = json.loads(json.dumps(settings))  # as it reads back (tuples become lists)
+        if resume and self.path.exists():
+            lines = self.path.read_text().splitlines()
+            held = json.loads(lines[0]) if lines else None
+            if held != settings:
+                differ = sorted(k for k in settings if (held or {}).get(k) != settings[k])
+                raise ValueError(
+                    f"{self.path} logs a run with another setting ({', '.join(differ)} differ); pass another --out, "
+                    "or leave out --resume to start it afresh."
+                )
+            for line in lines[1:]:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # cut by a kill: written again below without it
+                    break
+                self.rows[row["prompt"], row["policy"]] = row
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [settings, *self.rows.values()]
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+
+    def get(self, prompt, label: str) -> dict | None:
+        return self.rows.get((prompt.name, label))
+
+    def output(self, prompt, row: dict) -> torch.Tensor:
+        """The whole sequence (prompt + new tokens) a logged row generated."""
+        new = torch.tensor([row["new_ids"]], dtype=prompt.input_ids.dtype)
+        return torch.cat([prompt.input_ids.cpu(), new], dim=1)
+
+    def add(self, prompt, record: dict, output: torch.Tensor) -> None:
+        row = {**record, "new_ids": output[0, prompt.tokens :].tolist()}
+        self.rows[prompt.name, record["policy"]] = row
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
 
 
 def summarise(runs: list[dict], policies) -> list[dict]:
@@ -783,6 +871,12 @@ def main(argv=None) -> None:
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="dtype of both models")
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
+    cmp.add_argument(
+        "--resume",
+        action="store_true",
+        help="read back the generations <out>/runs.jsonl already holds for this setting (a killed run continues; "
+        "policies or prompts can be added)",
+    )
     rep = sub.add_parser(
         "replay",
         help="acceptance lengths by exact replay against cached target outputs (the target runs once per prompt)",
@@ -1036,6 +1130,7 @@ def main(argv=None) -> None:
         args.dtype,
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         sources=args.sources,
+        resume=args.resume,
     )
     print(markdown_table(result))
 

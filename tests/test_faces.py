@@ -356,3 +356,43 @@ def test_policy_labels_take_several_overrides():
     assert labels == ["full", "rift-stat@kv_dtype=int4,kv_equal_bytes=true", "snapkv", "rift-dyn@delta=16"]
     with pytest.raises(SystemExit):
         _policy_labels(parser, "full,delta=16")  # an override with no label before it is an unknown policy
+
+
+def test_compare_resume_reads_logged_generations_back_and_refuses_another_setting(tmp_path, monkeypatch):
+    """`compare(..., resume=True)` continues a killed run: logged generations (with their token ids) are read back,
+    only what is missing is generated, and the lossless checks still compare real outputs."""
+    import rift_hf.cli as cli
+
+    def run(policies, **kwargs):
+        options = dict(summary_path=tmp_path / "s.json", tasks=("repeat",), resume=True)
+        return cli.compare("tiny-random", policies, 4.0, 96, 12, 1, 4, 8, 4, tmp_path, "float32", **options | kwargs)
+
+    first = run(["full", "snapkv"])
+    log = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert len(log) == 4  # setting, target, full, snapkv
+    # A kill mid-write: the cut line is dropped, that generation runs again.
+    (tmp_path / "runs.jsonl").write_text("\n".join(log[:3]) + "\n" + log[3][: len(log[3]) // 2])
+    generated = []
+    timed = cli._timed_generate
+
+    def counting(model, ids, **kwargs):
+        generated.append(kwargs.get("cache_config", {}).get("policy", "target"))
+        return timed(model, ids, **kwargs)
+
+    monkeypatch.setattr(cli, "_timed_generate", counting)
+    second = run(["full", "snapkv", "transformers"])
+    assert generated == ["snapkv", "target"]  # snapkv's cut line, then transformers (its own loop, no cache_config)
+    again = {r["policy"]: r for r in second["runs"]}
+    for policy in ("full", "snapkv"):
+        before = next(r for r in first["runs"] if r["policy"] == policy)
+        assert again[policy]["accepted"] == before["accepted"] and again[policy]["same_as_target"]
+    assert again["snapkv"]["same_as_full_drafter"] is True and again["transformers"]["same_as_target"]
+    assert "new_ids" not in again["full"]
+    with pytest.raises(ValueError, match="new_tokens differ"):
+        cli.compare(
+            "tiny-random", ["full"], 4.0, 96, 16, 1, 4, 8, 4, tmp_path, "float32", tasks=("repeat",), resume=True
+        )
+    # Without resume the log starts afresh.
+    generated.clear()
+    run(["full"], resume=False)
+    assert generated == ["target", "full"]
