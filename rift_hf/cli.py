@@ -67,6 +67,7 @@ def compare(
     summary_path: Path | None = None,
     reuse: dict | None = None,
     resume: bool = False,
+    targets_dir: Path | None = None,
 ) -> dict:
     """
     Run `policies` side by side on the same prompts; returns (and writes) the records.
@@ -78,7 +79,8 @@ def compare(
     config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
     generating again (`full` ignores budget and Δ). Every generation is also appended to `<out_dir>/runs.jsonl` as it
     finishes (with its new token ids); with `resume`, a run of the same setting reads those back, so a killed run
-    continues where it stopped and a later run can add policies or prompts (without it the log starts afresh).
+    continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
+    `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
     """
     from .models import fix_draft_length, load_preset
     from .prompts import describe_sources, prompt_set
@@ -116,6 +118,8 @@ def compare(
                 log.add(prompt, {"prompt": prompt.name, "policy": "target", "seconds": plain_seconds}, plain)
             else:
                 plain, plain_seconds = log.output(prompt, logged), logged["seconds"]
+            if targets_dir is not None:
+                _save_target_output(targets_dir, preset, target, prompt, plain, plain_seconds, new_tokens, dtype)
             bar.update()
             full_output = None
             for policy in policies:
@@ -237,6 +241,24 @@ def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> tuple
         "speedup": plain_seconds / seconds,
         "same_as_target": bool(torch.equal(out, plain)),
     }, out
+
+
+def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds: float, new_tokens: int, dtype: str):
+    """The target-alone generation of `compare` (greedy, `new_tokens` forced) as replay's cached target output."""
+    from .replay import TargetOutput, _eos_ids, save_target_output, target_output_path
+
+    path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, dtype)
+    if not path.exists():
+        record = TargetOutput(
+            prompt_ids=prompt.input_ids.cpu(),
+            output_ids=plain[:, prompt.tokens :],
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            eos_token_id=_eos_ids(target.generation_config),
+            pad_token_id=target.generation_config.pad_token_id,
+            seconds=seconds,
+        )
+        save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=dtype, by="rift-hf compare")
 
 
 class RunLog:
@@ -872,6 +894,12 @@ def main(argv=None) -> None:
     cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="dtype of both models")
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     cmp.add_argument(
+        "--targets",
+        type=Path,
+        default=Path("benchmarks/results/targets"),
+        help="where the target's own outputs are saved for `rift-hf replay` (real presets)",
+    )
+    cmp.add_argument(
         "--resume",
         action="store_true",
         help="read back the generations <out>/runs.jsonl already holds for this setting (a killed run continues; "
@@ -1131,6 +1159,7 @@ def main(argv=None) -> None:
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         sources=args.sources,
         resume=args.resume,
+        targets_dir=args.targets if args.preset in MODEL_PRESETS else None,
     )
     print(markdown_table(result))
 

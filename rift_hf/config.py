@@ -54,6 +54,8 @@ class RiftConfig:
         pool (`str`, defaults to `"avg"`) and pool_kernel (`int`, defaults to 5): 1-D pooling of the scores.
         block_size (`int`, *optional*): block length of `rift-stat-block`, page length of `page-ahead` and
             `page-retrieval`; defaults to the policy's own (8 for `page-retrieval`, 16 otherwise).
+        pages_ahead (`int`, *optional*): for `page-ahead` and `page-round`, how many following pages a chosen page
+            brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 0 otherwise).
         delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.
@@ -98,6 +100,7 @@ class RiftConfig:
     pool: str = "avg"
     pool_kernel: int = 5
     block_size: int | None = None
+    pages_ahead: int | None = None
     delta: int = 128
     store_device: str | None = None
     check_interval: int = 8
@@ -123,6 +126,10 @@ class RiftConfig:
         policy_class(self.policy)  # raises on an unknown name
         if self.block_size is None:
             self.block_size = policy_class(self.policy).block_size
+        if self.pages_ahead is None:
+            self.pages_ahead = policy_class(self.policy).pages_ahead
+        if isinstance(self.pages_ahead, bool) or not isinstance(self.pages_ahead, int) or self.pages_ahead < 0:
+            raise ValueError(f"`pages_ahead` must be an int >= 0, got {self.pages_ahead!r}.")
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."

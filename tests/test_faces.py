@@ -367,9 +367,12 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
         options = dict(summary_path=tmp_path / "s.json", tasks=("repeat",), resume=True)
         return cli.compare("tiny-random", policies, 4.0, 96, 12, 1, 4, 8, 4, tmp_path, "float32", **options | kwargs)
 
-    first = run(["full", "snapkv"])
+    first = run(["full", "snapkv"], targets_dir=tmp_path / "targets")
     log = (tmp_path / "runs.jsonl").read_text().splitlines()
     assert len(log) == 4  # setting, target, full, snapkv
+    # The target's own output is kept where replay looks for it.
+    (saved,) = (tmp_path / "targets" / "tiny-random").glob("repeat-*-12tok-float32.json")
+    assert json.loads(saved.read_text())["output_ids"] == json.loads(log[1])["new_ids"]
     # A kill mid-write: the cut line is dropped, that generation runs again.
     (tmp_path / "runs.jsonl").write_text("\n".join(log[:3]) + "\n" + log[3][: len(log[3]) // 2])
     generated = []

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from rift_hf import RiftConfig
@@ -177,6 +178,25 @@ def test_page_round_keeps_the_pages_the_newest_query_points_at():
     for h in range(2):
         best = sorted(shares[h, :7].topk(3).indices.tolist())
         assert chosen[h].tolist() == [2 + 4 * j + o for j in best for o in range(4)]
+
+
+def test_page_round_with_pages_ahead_brings_the_pages_after_the_best_ones():
+    """`pages_ahead=2`: a page ranks by the best share among itself and the two candidate pages before it, ties broken
+    by its own share (so the best page comes first, then the pages it lifts)."""
+    policy = RiftConfig(policy="page-round", budget=64, block_size=4, n_sink=2, window=4, pages_ahead=2).policy_object
+    assert RiftConfig(policy="page-round").pages_ahead == 0 and RiftConfig(policy="page-ahead").pages_ahead == 1
+    g = torch.Generator().manual_seed(5)
+    shares = torch.rand(2, 12, generator=g)  # 2 KV heads, 12 pages after 2 sinks
+    scores = torch.zeros(1, 2, 2 + 48)
+    scores[0, :, 2:] = shares.repeat_interleave(4, dim=-1)
+    chosen = policy.select(scores, lo=6, hi=42, count=20)  # pages 1..9 lie inside [6, 42): keep 5
+    for h in range(2):
+        own = {p: float(shares[h, p]) for p in range(1, 10)}
+        ahead = {p: max(own[q] for q in range(max(1, p - 2), p + 1)) for p in own}
+        best = sorted(sorted(own, key=lambda p: (-ahead[p], -own[p]))[:5])
+        assert chosen[h].tolist() == [2 + 4 * p + o for p in best for o in range(4)]
+    with pytest.raises(ValueError, match="pages_ahead"):
+        RiftConfig(policy="page-round", pages_ahead=-1)
 
 
 def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed():

@@ -57,6 +57,7 @@ class Policy:
             selection is then also made from the store (right after the prompt that is SnapKV on the prompt).
         rho: default share of the budget given to the recent window.
         block_size: default block (page) length, for policies that select whole blocks.
+        pages_ahead: default number of pages a chosen page brings with it (the next ones), for page policies.
         retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
@@ -70,6 +71,7 @@ class Policy:
     keeps_store: ClassVar[bool] = False
     rho: ClassVar[float] = 0.5
     block_size: ClassVar[int] = 16
+    pages_ahead: ClassVar[int] = 0
     retrieves: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
 

@@ -14,6 +14,7 @@ import torch
 from .base import register
 from .rift_stat_block import RiftStaticBlock
 from .schedules import Every
+from .selection import rank_pages_ahead
 
 
 @register
@@ -23,6 +24,7 @@ class PageAhead(RiftStaticBlock):
     name = "page-ahead"
     keeps_store = True
     rho = 0.25
+    pages_ahead = 1
 
     def schedule(self):
         return Every(self.config.delta)
@@ -36,11 +38,7 @@ class PageAhead(RiftStaticBlock):
         if n_pick == 0:
             return torch.empty(heads, 0, dtype=torch.long, device=scores.device)
         pages = scores[0, :, first * page : last * page].float().unflatten(-1, (last - first, page)).mean(-1)
-        ahead = pages.clone()
-        ahead[:, 1:] = torch.maximum(pages[:, 1:], pages[:, :-1])  # [H_kv, n_pages]
-        # Rank by ahead score, ties (a page and the one it lifts) broken by the page's own score: two stable sorts.
-        by_own = pages.argsort(dim=-1, descending=True, stable=True)
-        order = by_own.gather(-1, ahead.gather(-1, by_own).argsort(dim=-1, descending=True, stable=True))
+        order = rank_pages_ahead(pages, self.config.pages_ahead)
         chosen = order[:, :n_pick].sort(dim=-1).values + first  # [H_kv, n_pick]
         offsets = torch.arange(page, device=scores.device)
         return (chosen[:, :, None] * page + offsets).flatten(1)  # [H_kv, n_pick * page], ascending

@@ -16,6 +16,7 @@ import torch
 from .base import register
 from .page_retrieval import PageRetrieval
 from .schedules import Every
+from .selection import rank_pages_ahead
 
 
 @register
@@ -55,6 +56,10 @@ class PageRound(PageRetrieval):
             return torch.empty(heads, 0, dtype=torch.long, device=scores.device)
         start = n_sink + first * page
         pages = scores[0, :, start : n_sink + last * page].unflatten(-1, (last - first, page))[..., 0]  # [H_kv, n]
-        chosen = pages.topk(n_pick, dim=-1).indices.sort(dim=-1).values
+        if self.config.pages_ahead:
+            chosen = rank_pages_ahead(pages, self.config.pages_ahead)[:, :n_pick]
+        else:
+            chosen = pages.topk(n_pick, dim=-1).indices
+        chosen = chosen.sort(dim=-1).values
         offsets = torch.arange(page, device=scores.device)
         return (start + chosen[:, :, None] * page + offsets).flatten(1)

@@ -45,6 +45,24 @@ def select_blocks(
     return positions.unsqueeze(0).expand(heads, -1).contiguous()
 
 
+def rank_pages_ahead(pages: torch.Tensor, ahead: int) -> torch.Tensor:
+    """
+    Pages in the order to keep them when a chosen page brings the `ahead` pages after it (copying reads forward).
+
+    Args:
+        pages: `[H, n]` page scores, higher is more important.
+    Returns:
+        `[H, n]` page indices by *ahead score* (the best of a page's own score and those of the `ahead` pages before
+        it), descending; ties (a page and the ones it lifts) broken by the page's own score.
+    """
+    lifted = pages.clone()
+    for shift in range(1, min(ahead, pages.shape[-1] - 1) + 1):
+        lifted[:, shift:] = torch.maximum(lifted[:, shift:], pages[:, :-shift])
+    # Two stable sorts: by own score, then by ahead score (the first order decides the ties of the second).
+    by_own = pages.argsort(dim=-1, descending=True, stable=True)
+    return by_own.gather(-1, lifted.gather(-1, by_own).argsort(dim=-1, descending=True, stable=True))
+
+
 def keep_mask(
     positions: torch.Tensor, seen: int, n_sink: int, recent: int, selected: torch.Tensor | None
 ) -> torch.Tensor:
