@@ -100,7 +100,6 @@ def compare(
         "input_tokens": input_tokens,
         "new_tokens": new_tokens,
         "tasks": list(tasks),
-        "sources": describe_sources(sources),
         "dtype": dtype,
         "machine": machine(),
     }
@@ -127,7 +126,7 @@ def compare(
                 logged = log.get(prompt, policy)
                 if logged is not None:
                     out = log.output(prompt, logged)
-                    run = {k: v for k, v in logged.items() if k != "new_ids"}
+                    run = {k: v for k, v in logged.items() if k not in ("new_ids", "prompt_sha")}
                     run["same_as_target"] = bool(torch.equal(out, plain))
                     if policy == "full":
                         full_output = out
@@ -264,9 +263,10 @@ def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds:
 class RunLog:
     """
     `compare`'s generations as they finish, one JSON line each after a first line with the run's setting; each line
-    keeps its record and the new token ids (`new_ids`), so the lossless checks hold for runs read back. `resume`
-    reads a log of the same setting back (another setting is refused: say another folder); without it a log starts
-    afresh. A line cut by a kill is dropped.
+    keeps its record, the prompt's digest and the new token ids (`new_ids`), so the lossless checks hold for runs read
+    back. `resume` reads a log of the same setting back (another setting is refused: say another folder); a row is
+    reused only for the same prompt (name and token ids), so a run with other sources can share the log. Without
+    `resume` a log starts afresh. A line cut by a kill is dropped.
     """
 
     def __init__(self, path: Path, settings: dict, *, resume: bool):
@@ -292,7 +292,10 @@ class RunLog:
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
 
     def get(self, prompt, label: str) -> dict | None:
-        return self.rows.get((prompt.name, label))
+        from .replay import prompt_digest
+
+        row = self.rows.get((prompt.name, label))
+        return row if row is not None and row.get("prompt_sha") == prompt_digest(prompt.input_ids) else None
 
     def output(self, prompt, row: dict) -> torch.Tensor:
         """The whole sequence (prompt + new tokens) a logged row generated."""
@@ -300,7 +303,9 @@ class RunLog:
         return torch.cat([prompt.input_ids.cpu(), new], dim=1)
 
     def add(self, prompt, record: dict, output: torch.Tensor) -> None:
-        row = {**record, "new_ids": output[0, prompt.tokens :].tolist()}
+        from .replay import prompt_digest
+
+        row = {**record, "prompt_sha": prompt_digest(prompt.input_ids), "new_ids": output[0, prompt.tokens :].tolist()}
         self.rows[prompt.name, record["policy"]] = row
         with self.path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -744,6 +749,26 @@ def markdown_table(result: dict) -> str:
     return head + pipe_table(headers, rows) + "\n"
 
 
+def speedup_by_regime_table(result: dict) -> str:
+    """A compare.json's speed-up over the target alone per policy and regime: the mean over the regime's prompts, then
+    each prompt's (in run order)."""
+    tasks = list(dict.fromkeys(r["task"] for r in result["runs"]))
+    first = result["runs"][0]["policy"]
+    sources = {
+        t: [r["prompt"].split(":", 1)[-1] for r in result["runs"] if r["task"] == t and r["policy"] == first]
+        for t in tasks
+    }
+    headers = ["policy"] + [f"{task} ({', '.join(sources[task])})" for task in tasks]
+    rows = []
+    for s in result["summary"]:
+        cells = [s["policy"]]
+        for task in tasks:
+            values = [r["speedup"] for r in result["runs"] if r["policy"] == s["policy"] and r["task"] == task]
+            cells.append(f"{statistics.mean(values):.2f}x ({', '.join(f'{v:.2f}' for v in values)})" if values else "-")
+        rows.append(cells)
+    return pipe_table(headers, rows) + "\n"
+
+
 def rows_table(rows: list[dict]) -> str:
     """Per-prompt markdown of replay rows (`rows.jsonl`): AL, retention against the same prompt's `full` row, peak
     store bytes, rounds and rescorings, in the order the rows were written."""
@@ -840,12 +865,26 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
     parser.add_argument(
         "--sources",
         default="code",
-        help="code (stdlib source), prose (Shakespeare, KJV), or a .jsonl file of your own prompts "
+        type=_sources,
+        help="code (stdlib source), prose (Shakespeare, KJV), comma-separated sources (module names, "
+        "shakespeare:<play>, kjv:<book>; e.g. argparse,difflib for ~8K inputs), or a .jsonl file of your own prompts "
         "({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
     )
     parser.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
     parser.add_argument("--window", type=int, default=64, help="SnapKV observation window")
     parser.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")
+
+
+def _sources(text: str) -> str | list[str]:
+    """`--sources`: a source set name or a .jsonl path as given; anything else is a comma-separated list of sources."""
+    from .prompts import SOURCES
+
+    if text in SOURCES or text.endswith(".jsonl"):
+        return text
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give a source set (code, prose), sources separated by commas, or a .jsonl")
+    return names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -968,6 +1007,11 @@ def main(argv=None) -> None:
         "--wide", action="store_true", help="a replay folder: one row per policy, one column per compression and regime"
     )
     tab.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
+    tab.add_argument(
+        "--by-regime",
+        action="store_true",
+        help="a compare.json: speed-up over the target alone per policy and regime (mean, then each prompt)",
+    )
     tab.add_argument(
         "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
     )
@@ -1132,7 +1176,7 @@ def main(argv=None) -> None:
             table = rows_table([json.loads(line) for line in args.result.read_text().splitlines() if line.strip()])
         else:
             result = json.loads(args.result.read_text())
-            table = markdown_table(result)
+            table = speedup_by_regime_table(result) if args.by_regime else markdown_table(result)
             if args.plot:
                 from .plots import plot_compare
 

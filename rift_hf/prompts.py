@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,4 +181,17 @@ def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=("repeat", "contin
         )
     if per_task > len(names):
         raise ValueError(f"per_task={per_task} asks for more sources than the {len(names)} available; lower it.")
-    return [build_prompt(tokenizer, source, task, n_tokens) for task in tasks for source in names[:per_task]]
+    prompts = [build_prompt(tokenizer, source, task, n_tokens) for task in tasks for source in names[:per_task]]
+    short: dict[str, int] = {}
+    for p in prompts:
+        if p.tokens < 0.8 * n_tokens:
+            source = p.name.split(":", 1)[1]
+            short[source] = min(p.tokens, short.get(source, p.tokens))
+    if short:
+        sizes = ", ".join(f"{source} ({tokens})" for source, tokens in short.items())
+        warnings.warn(
+            f"Prompts shorter than the {n_tokens} input tokens asked for (the whole source fits): {sizes} tokens. "
+            "Name longer sources for long inputs (e.g. sources=['argparse', 'difflib'], `--sources argparse,difflib`).",
+            stacklevel=2,
+        )
+    return prompts

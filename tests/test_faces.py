@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from rift_hf.cli import markdown_table, write_into_readme
 from rift_hf.models import ModelSpec, load_preset
@@ -399,3 +400,38 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     generated.clear()
     run(["full"], resume=False)
     assert generated == ["target", "full"]
+
+
+def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):
+    """Rows are keyed by prompt name and checked against the prompt's token ids (another source set, or an edited
+    prompt file, with the same names must not read them back)."""
+    from rift_hf.cli import RunLog
+    from rift_hf.prompts import Prompt
+
+    same = Prompt(name="repeat:x", task="repeat", input_ids=torch.tensor([[1, 2, 3]]))
+    edited = Prompt(name="repeat:x", task="repeat", input_ids=torch.tensor([[1, 2, 4]]))
+    RunLog(tmp_path / "runs.jsonl", {"k": 1}, resume=True).add(
+        same, {"prompt": same.name, "policy": "full"}, torch.tensor([[1, 2, 3, 9, 8]])
+    )
+    again = RunLog(tmp_path / "runs.jsonl", {"k": 1}, resume=True)
+    assert again.get(edited, "full") is None
+    assert torch.equal(again.output(same, again.get(same, "full")), torch.tensor([[1, 2, 3, 9, 8]]))
+
+
+def test_speedup_by_regime_table_averages_each_regime_and_lists_its_prompts():
+    from rift_hf.cli import speedup_by_regime_table
+
+    runs = [
+        {"prompt": f"{task}:{source}", "task": task, "policy": policy, "speedup": value}
+        for task, source, values in (
+            ("repeat", "a", (1.5, 1.0)),
+            ("repeat", "b", (1.3, 1.2)),
+            ("continue", "a", (0.8, 0.9)),
+        )
+        for policy, value in zip(("p", "q"), values, strict=True)
+    ]
+    result = {"runs": runs, "summary": [{"policy": "p"}, {"policy": "q"}]}
+    lines = squeeze(speedup_by_regime_table(result)).splitlines()
+    assert lines[0] == "| policy | repeat (a, b) | continue (a) |"
+    assert lines[2] == "| p | 1.40x (1.50, 1.30) | 0.80x (0.80) |"
+    assert lines[3] == "| q | 1.10x (1.00, 1.20) | 0.90x (0.90) |"

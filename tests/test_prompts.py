@@ -89,3 +89,24 @@ def test_bad_prompt_files_say_what_is_wrong(tmp_path):
         user_prompts(tokenizer, [{"prompt": "a", "text": "b"}])
     with pytest.raises(ValueError, match="No prompt left"):
         user_prompts(tokenizer, [{"prompt": "a"}], tasks=("repeat",))
+
+
+def test_a_source_shorter_than_the_input_asked_for_is_named_in_a_warning():
+    tokenizer = ByteTokenizer()  # one token per byte: json.decoder is ~10K bytes, argparse ~100K
+    with pytest.warns(UserWarning, match=r"json\.decoder \(\d+\)") as caught:
+        prompts = prompt_set(tokenizer, 30_000, 1, sources=["json.decoder", "argparse"])
+    assert len(caught) == 1 and "argparse" not in str(caught[0].message)
+    assert [p.name for p in prompts] == ["repeat:json.decoder", "continue:json.decoder"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prompt_set(tokenizer, 30_000, 2, sources=["argparse", "difflib"])  # both long enough: no warning
+
+
+def test_cli_sources_take_a_set_a_jsonl_or_a_comma_separated_list():
+    from rift_hf.cli import _sources
+
+    assert _sources("code") == "code" and _sources("mine.jsonl") == "mine.jsonl"
+    assert _sources("argparse, difflib") == ["argparse", "difflib"]
+    assert _sources("shakespeare:hamlet") == ["shakespeare:hamlet"]
