@@ -58,7 +58,7 @@ class PageRound(PageRetrieval):
         pages = scores[0, :, start : n_sink + last * page].unflatten(-1, (last - first, page))[..., 0]  # [H_kv, n]
         if self.config.pages_ahead:
             chosen = rank_pages_ahead(pages, self.config.pages_ahead)[:, :n_pick]
-        else:
+        else:  # the same set up to how ties are broken; `topk` as page-round chose before `pages_ahead` existed
             chosen = pages.topk(n_pick, dim=-1).indices
         chosen = chosen.sort(dim=-1).values
         offsets = torch.arange(page, device=scores.device)
