@@ -246,6 +246,7 @@ class RiftLayer(CacheLayerMixin):
         if (
             config.is_scored
             and not self.cache.policy.retrieves
+            and not self.cache.policy.keeps_store  # a store policy's first selection is a rescoring
             and self.selected is None
             and self.stored == self.seen
             and q >= min(config.window, self.seen)
@@ -291,7 +292,7 @@ class RiftLayer(CacheLayerMixin):
         if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
             # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
             self.working.commit()
-            self._summarise_pages()
+            self._summarise_pages(self.working, self.working.committed)
             self.compressed = True
         elif self.is_initialized and self.seen > cache.budget:
             if not self.compressed:
@@ -311,17 +312,21 @@ class RiftLayer(CacheLayerMixin):
             self.store.commit(self.seen)
         self.committed = self.stored
 
-    def _summarise_pages(self) -> None:
-        """Append the policy's summary of every whole committed page not yet summarised (`self.pages`)."""
+    def _summarise_pages(self, rows: Rows | QuantizedRows, committed: int) -> None:
+        """Append the policy's summary of every whole page among the first `committed` rows of `rows` (row = position:
+        the working set of a retrieval policy, the store of page-round) not yet summarised (`self.pages`, kept on the
+        compute device)."""
         config = self.cache.config
         page, n_sink = config.block_size, config.n_sink
-        whole = max(0, (self.working.committed - n_sink) // page)
+        whole = max(0, (committed - n_sink) // page)
+        done = 0 if self.pages is None else self.pages.length
+        if whole <= done and self.pages is not None:
+            return
+        keys = rows.used_keys[:, :, n_sink + done * page : n_sink + whole * page].to(self.device)
+        summaries = self.cache.policy.summarise(keys.unflatten(2, (whole - done, page)))
         if self.pages is None:
-            self.pages = Rows(self.working.keys, whole + self.HEADROOM, with_values=False)
-        done = self.pages.length
-        if whole > done:
-            keys = self.working.keys[:, :, n_sink + done * page : n_sink + whole * page]
-            self.pages.append(self.cache.policy.summarise(keys.unflatten(2, (whole - done, page))), None)
+            self.pages = Rows(summaries, whole + self.HEADROOM, with_values=False)
+        self.pages.append(summaries, None)
 
     def retrieve(self, query: torch.Tensor, scale: float) -> torch.Tensor:
         """The rows each new query attends, `[B, H_kv, L, budget]` (a retrieval policy's `retrieve`)."""
@@ -364,11 +369,18 @@ class RiftLayer(CacheLayerMixin):
                 f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
                 "attn_implementation='rift' after `import rift_hf`."
             )
+        policy, hi = self.cache.policy, self.seen - self._recent()
         keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
-        scores = self.cache.policy.score(self.queries, keys.to(self.queries.device), self.scale, self.sinks)
-        self.selected = self.cache.policy.select(scores, config.n_sink, self.seen - self._recent(), self.cache.n_select)
+        if policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
+            self._summarise_pages(self.store, self.seen)
+            pages, count = self.pages.used_keys, self.cache.n_select
+            self.selected = policy.select_pages(self.queries, pages, self.scale, config.n_sink, hi, count)
+        else:
+            scores = policy.score(self.queries, keys.to(self.queries.device), self.scale, self.sinks)
+            self.selected = policy.select(scores, config.n_sink, hi, self.cache.n_select)
         self._build(None if self.indexed else keys, None if self.indexed else values)
-        self.drift_reference = self.drift_summary()
+        if self.cache.schedule.logs_drift:
+            self.drift_reference = self.drift_summary()
 
     def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
         """Lay out sinks, the selection and the recent window from rows `keys`/`values` (row = position)."""
@@ -641,7 +653,7 @@ class RiftCache(Cache):
             and self.schedule.due(seen - self._last_select, seen - self._last_check)
         ):
             self._last_check = seen
-            if self.records_queries:  # rift-ada decides on it; rift-dyn logs it so E5 can calibrate the threshold
+            if self.records_queries and self.schedule.logs_drift:
                 self.signals.drift = self._drift()
             signals = self.signals.snapshot()
             rescore, reason = self.schedule.decide(seen - self._last_select, signals)
@@ -674,6 +686,8 @@ class RiftCache(Cache):
             if isinstance(layer, RiftLayer):
                 if layer.store is not None:
                     store += layer.store.nbytes()
+                    if layer.pages is not None:  # page-round's page summaries, kept beside the store
+                        store += layer.pages.nbytes()
                 if layer.retrieving:  # every token is kept; a query reads `budget` rows and the page summaries
                     store += layer.working.nbytes()
                     working += layer.working.nbytes(min(layer.stored, self.budget)) + layer.pages.nbytes()

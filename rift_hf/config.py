@@ -55,7 +55,8 @@ class RiftConfig:
         block_size (`int`, *optional*): block length of `rift-stat-block`, page length of `page-ahead` and
             `page-retrieval`; defaults to the policy's own (8 for `page-retrieval`, 16 otherwise).
         pages_ahead (`int`, *optional*): for `page-ahead` and `page-round`, how many following pages a chosen page
-            brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 0 otherwise).
+            brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 2 for
+            `page-round`, 0 otherwise).
         delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.

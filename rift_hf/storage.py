@@ -202,7 +202,15 @@ class WorkingSet(Rows):
         n = index.shape[-1]
         index = index.to(self.device)
         rows = None
-        if self.keys is not None:
+        # Rows are read straight into place, one head at a time (a few times faster than a gather with an index
+        # expanded over the head dim), unless they come from another device, a batch, or this very buffer.
+        direct = (
+            self.keys is not None
+            and keys.shape[0] == 1
+            and keys.device == self.device
+            and keys.untyped_storage().data_ptr() != self.keys.untyped_storage().data_ptr()
+        )
+        if self.keys is not None and not direct:
             gather = index.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
             rows = torch.gather(keys, 2, gather), torch.gather(values, 2, gather)
         if self.capacity > 2 * (n + headroom):
@@ -210,7 +218,11 @@ class WorkingSet(Rows):
             self._allocate(n + headroom, self.keys is not None, True)
         else:
             self.reserve(n + headroom)
-        if rows is not None:
+        if direct:
+            for head in range(index.shape[0]):
+                torch.index_select(keys[0, head], 0, index[head], out=self.keys[0, head, :n])
+                torch.index_select(values[0, head], 0, index[head], out=self.values[0, head, :n])
+        elif rows is not None:
             self.keys[:, :, :n].copy_(rows[0])
             self.values[:, :, :n].copy_(rows[1])
         self.positions[:, :n].copy_(index)

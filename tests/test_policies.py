@@ -161,22 +161,29 @@ def test_page_retrieval_attends_sinks_the_best_pages_and_the_window_per_query():
             assert set(rows) == expected
 
 
+def _page_shares(retrieval, query, summaries, scale):
+    """Each page's share of the newest query's attention over `summaries`, averaged over a KV head's query heads."""
+    return torch.softmax(retrieval.page_scores(query[:, :, -1:], summaries, scale), dim=-1).mean(2)[0, :, 0]
+
+
 def test_page_round_keeps_the_pages_the_newest_query_points_at():
     """page-round scores whole pages (from `n_sink` on) with the newest query only, as page-retrieval would for that
-    query, and keeps the top pages inside `[lo, hi)` per KV head."""
-    policy = RiftConfig(policy="page-round", budget=32, block_size=4, n_sink=2, window=4).policy_object
+    query, and keeps the top pages inside `[lo, hi)` per KV head (`pages_ahead=0`: no page brings others)."""
+    policy = RiftConfig(policy="page-round", budget=32, block_size=4, n_sink=2, window=4, pages_ahead=0).policy_object
     retrieval = RiftConfig(policy="page-retrieval", budget=32, block_size=4, n_sink=2, window=4).policy_object
     g = torch.Generator().manual_seed(3)
     keys = torch.randn(1, 2, 41, 8, generator=g)  # 2 sinks, 9 whole pages of 4, 3 tokens after them
     query = torch.randn(1, 4, 5, 8, generator=g)  # the last 5 queries; only the newest counts
-    scores = policy.score(query, keys, 0.5, None)
     summaries = retrieval.summarise(keys[:, :, 2:38].unflatten(2, (9, 4)))
-    shares = torch.softmax(retrieval.page_scores(query[:, :, -1:], summaries, 0.5), dim=-1).mean(2)[0, :, 0]
-    torch.testing.assert_close(scores[0, :, 2:38], shares.repeat_interleave(4, dim=-1))
-    assert float(scores[0, :, :2].abs().sum() + scores[0, :, 38:].abs().sum()) == 0
-    chosen = policy.select(scores, lo=2, hi=30, count=12)  # pages 0..6 lie inside [2, 30): keep the best 3
+    shares = _page_shares(retrieval, query, summaries, 0.5)
+    chosen = policy.select_pages(query, summaries, 0.5, lo=2, hi=30, count=12)  # pages 0..6 in [2, 30): best 3
     for h in range(2):
         best = sorted(shares[h, :7].topk(3).indices.tolist())
+        assert chosen[h].tolist() == [2 + 4 * j + o for j in best for o in range(4)]
+    # Only whole pages inside [lo, hi) are candidates: [7, 31) holds pages 2..6 (rows 10..29).
+    chosen = policy.select_pages(query, summaries, 0.5, lo=7, hi=31, count=8)
+    for h in range(2):
+        best = sorted((shares[h, 2:7].topk(2).indices + 2).tolist())
         assert chosen[h].tolist() == [2 + 4 * j + o for j in best for o in range(4)]
 
 
@@ -184,12 +191,13 @@ def test_page_round_with_pages_ahead_brings_the_pages_after_the_best_ones():
     """`pages_ahead=2`: a page ranks by the best share among itself and the two candidate pages before it, ties broken
     by its own share (so the best page comes first, then the pages it lifts)."""
     policy = RiftConfig(policy="page-round", budget=64, block_size=4, n_sink=2, window=4, pages_ahead=2).policy_object
-    assert RiftConfig(policy="page-round").pages_ahead == 0 and RiftConfig(policy="page-ahead").pages_ahead == 1
+    retrieval = RiftConfig(policy="page-retrieval", budget=64, block_size=4, n_sink=2, window=4).policy_object
+    assert RiftConfig(policy="page-round").pages_ahead == 2 and RiftConfig(policy="page-ahead").pages_ahead == 1
     g = torch.Generator().manual_seed(5)
-    shares = torch.rand(2, 12, generator=g)  # 2 KV heads, 12 pages after 2 sinks
-    scores = torch.zeros(1, 2, 2 + 48)
-    scores[0, :, 2:] = shares.repeat_interleave(4, dim=-1)
-    chosen = policy.select(scores, lo=6, hi=42, count=20)  # pages 1..9 lie inside [6, 42): keep 5
+    summaries = torch.randn(1, 2, 12, 8, generator=g)  # 2 KV heads, 12 pages after 2 sinks
+    query = torch.randn(1, 4, 3, 8, generator=g)
+    shares = _page_shares(retrieval, query, summaries, 0.5)
+    chosen = policy.select_pages(query, summaries, 0.5, lo=6, hi=42, count=20)  # pages 1..9 in [6, 42): keep 5
     for h in range(2):
         own = {p: float(shares[h, p]) for p in range(1, 10)}
         ahead = {p: max(own[q] for q in range(max(1, p - 2), p + 1)) for p in own}
@@ -215,3 +223,59 @@ def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed()
     stats = rift_hf.last_stats(target)
     assert torch.equal(out, reference)
     assert 0 < len(stats.rescorings) <= len(stats.rounds)
+
+
+def test_page_round_keeps_its_page_summaries_up_to_date_through_rollbacks():
+    """The layer adds the summaries of newly completed pages at each refresh (instead of summarising the store each
+    round): after rounds with rollbacks they equal the store's pages summarised afresh, and the selection equals the
+    one made from those."""
+    import rift_hf  # noqa: F401  (the "rift" attention backend)
+    from rift_hf.cache import RiftCache
+    from tiny import make_prompt, tiny_model
+
+    model = tiny_model("llama", attn="rift")
+    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4, "pages_ahead": 2}
+    cache = RiftCache(model.config, config)
+    cache.activate_past_recording()
+    ids = make_prompt(41, seed=2)
+    with torch.no_grad():
+        token, position = model(ids, past_key_values=cache).logits[:, -1:].argmax(-1), ids.shape[1]
+        for accepted in (1, 3, 0, 2, 3):  # rounds of 4 drafted tokens, `accepted` kept
+            drafted = []
+            for _ in range(4):
+                logits = model(token, position_ids=torch.tensor([[position]]), past_key_values=cache).logits
+                token, position = logits[:, -1:].argmax(-1), position + 1
+                drafted.append(token)
+            cache.crop(-(3 - accepted))
+            position -= 3 - accepted
+            token = drafted[accepted]
+        model(token, position_ids=torch.tensor([[position]]), past_key_values=cache)  # re-feeds the verified token
+        cache.settle()  # commits and refreshes, as assisted generation does after a round
+    policy, config = cache.policy, cache.config
+    assert len(cache.events) >= 4  # a refresh per round after the first selection
+    for layer in cache.rift_layers:
+        keys = layer.store_keys
+        n_pages = (layer.seen - config.n_sink) // config.block_size
+        span = keys[:, :, config.n_sink : config.n_sink + n_pages * config.block_size]
+        reference = policy.summarise(span.unflatten(2, (n_pages, config.block_size)))
+        torch.testing.assert_close(layer.pages.used_keys, reference, rtol=0, atol=0)
+        hi = layer.seen - cache.recent
+        chosen = policy.select_pages(layer.queries, reference, layer.scale, config.n_sink, hi, cache.n_select)
+        assert torch.equal(layer.selected, chosen)
+
+
+def test_rank_pages_ahead_orders_like_two_stable_sorts_with_ties_and_signs():
+    """The packed single sort gives the order of the rule as stated: ahead score, then own score, then index; with
+    exact ties (a page and those it lifts; equal own scores) and negative scores."""
+    from rift_hf.policies.selection import rank_pages_ahead
+
+    g = torch.Generator().manual_seed(11)
+    for ahead in (1, 2, 3):
+        pages = torch.randint(-4, 5, (3, 40), generator=g).float() / 4  # many exact ties and both signs
+        pages[0, :5] = 0.0
+        lifted = pages.clone()
+        for shift in range(1, ahead + 1):
+            lifted[:, shift:] = torch.maximum(lifted[:, shift:], pages[:, :-shift])
+        for h in range(3):
+            expected = sorted(range(40), key=lambda p: (-float(lifted[h, p]), -float(pages[h, p]), p))
+            assert rank_pages_ahead(pages, ahead)[h].tolist() == expected

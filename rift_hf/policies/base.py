@@ -60,6 +60,8 @@ class Policy:
         pages_ahead: default number of pages a chosen page brings with it (the next ones), for page policies.
         retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
+        summarises_pages: the layer keeps a summary of every committed page (`summarise`), and a refresh selects from
+            them with `select_pages` instead of scoring every key with `score` (page-round).
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
@@ -73,6 +75,7 @@ class Policy:
     block_size: ClassVar[int] = 16
     pages_ahead: ClassVar[int] = 0
     retrieves: ClassVar[bool] = False
+    summarises_pages: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
 
     def __init__(self, config: RiftConfig):

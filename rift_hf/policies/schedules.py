@@ -60,6 +60,9 @@ class Schedule:
     """Decides, at each commit, whether to rescore. `age` counts committed tokens since the last selection."""
 
     needs_drift = False
+    # The query drift is measured at each due commit: rift-ada decides on it, rift-dyn logs it (E5 calibrates the
+    # threshold from those logs). A refresh at every round leaves no drift to measure.
+    logs_drift = False
 
     def due(self, age: int, since_check: int) -> bool:
         """Whether the schedule wants to look at its signals now."""
@@ -78,6 +81,7 @@ class Every(Schedule):
 
     def __init__(self, delta: int):
         self.delta = delta
+        self.logs_drift = delta > 1
 
     def due(self, age: int, since_check: int) -> bool:
         return age >= self.delta
@@ -90,6 +94,7 @@ class Adaptive(Schedule):
     """rift-ada: every `check_interval` tokens, rescore at `a_max`, or when a signal fires and `age >= a_min`."""
 
     needs_drift = True
+    logs_drift = True
 
     def __init__(self, config: RiftConfig):
         self.config = config

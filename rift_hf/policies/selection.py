@@ -50,17 +50,25 @@ def rank_pages_ahead(pages: torch.Tensor, ahead: int) -> torch.Tensor:
     Pages in the order to keep them when a chosen page brings the `ahead` pages after it (copying reads forward).
 
     Args:
-        pages: `[H, n]` page scores, higher is more important.
+        pages: `[H, n]` page scores, higher is more important (compared as float32).
     Returns:
         `[H, n]` page indices by *ahead score* (the best of a page's own score and those of the `ahead` pages before
-        it), descending; ties (a page and the ones it lifts) broken by the page's own score.
+        it), descending; ties (a page and the ones it lifts) broken by the page's own score, then by index.
     """
+    pages = pages.float()
     lifted = pages.clone()
     for shift in range(1, min(ahead, pages.shape[-1] - 1) + 1):
         lifted[:, shift:] = torch.maximum(lifted[:, shift:], pages[:, :-shift])
-    # Two stable sorts: by own score, then by ahead score (the first order decides the ties of the second).
-    by_own = pages.argsort(dim=-1, descending=True, stable=True)
-    return by_own.gather(-1, lifted.gather(-1, by_own).argsort(dim=-1, descending=True, stable=True))
+    # One stable sort on (ahead score, own score) packed into an int64: a float32's bits, read as an int32 with the
+    # bits after the sign flipped for negatives, order as the floats do (-0.0 just below +0.0).
+    own, ahead_bits = _ordered_bits(pages), _ordered_bits(lifted)
+    return ((ahead_bits << 32) + (own + 2**31)).argsort(dim=-1, descending=True, stable=True)
+
+
+def _ordered_bits(values: torch.Tensor) -> torch.Tensor:
+    """float32 -> int64 with the same order (int32 range)."""
+    bits = values.contiguous().view(torch.int32)
+    return torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()
 
 
 def keep_mask(
