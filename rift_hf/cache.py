@@ -292,7 +292,7 @@ class RiftLayer(CacheLayerMixin):
         if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
             # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
             self.working.commit()
-            self._summarise_pages(self.working, self.working.committed)
+            self._summarise_pages(self.working.keys, self.working.committed)
             self.compressed = True
         elif self.is_initialized and self.seen > cache.budget:
             if not self.compressed:
@@ -312,17 +312,17 @@ class RiftLayer(CacheLayerMixin):
             self.store.commit(self.seen)
         self.committed = self.stored
 
-    def _summarise_pages(self, rows: Rows | QuantizedRows, committed: int) -> None:
-        """Append the policy's summary of every whole page among the first `committed` rows of `rows` (row = position:
-        the working set of a retrieval policy, the store of page-round) not yet summarised (`self.pages`, kept on the
-        compute device)."""
+    def _summarise_pages(self, keys: torch.Tensor, committed: int) -> None:
+        """Append the policy's summary of every whole page among the first `committed` rows of `keys`
+        (`[B, H_kv, T, D]`, row = position: the working set of a retrieval policy, the store of page-round) not yet
+        summarised (`self.pages`, kept on the compute device)."""
         config = self.cache.config
         page, n_sink = config.block_size, config.n_sink
         whole = max(0, (committed - n_sink) // page)
         done = 0 if self.pages is None else self.pages.length
         if whole <= done and self.pages is not None:
             return
-        keys = rows.used_keys[:, :, n_sink + done * page : n_sink + whole * page].to(self.device)
+        keys = keys[:, :, n_sink + done * page : n_sink + whole * page].to(self.device)
         summaries = self.cache.policy.summarise(keys.unflatten(2, (whole - done, page)))
         if self.pages is None:
             self.pages = Rows(summaries, whole + self.HEADROOM, with_values=False)
@@ -372,7 +372,7 @@ class RiftLayer(CacheLayerMixin):
         policy, hi = self.cache.policy, self.seen - self._recent()
         keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
         if policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
-            self._summarise_pages(self.store, self.seen)
+            self._summarise_pages(keys, self.seen)  # the keys read above: a quantised store dequantises once
             pages, count = self.pages.used_keys, self.cache.n_select
             self.selected = policy.select_pages(self.queries, pages, self.scale, config.n_sink, hi, count)
         else:
@@ -686,7 +686,7 @@ class RiftCache(Cache):
             if isinstance(layer, RiftLayer):
                 if layer.store is not None:
                     store += layer.store.nbytes()
-                    if layer.pages is not None:  # page-round's page summaries, kept beside the store
+                    if layer.pages is not None and not layer.retrieving:  # page-round's summaries, beside the store
                         store += layer.pages.nbytes()
                 if layer.retrieving:  # every token is kept; a query reads `budget` rows and the page summaries
                     store += layer.working.nbytes()

@@ -203,11 +203,12 @@ class WorkingSet(Rows):
         index = index.to(self.device)
         rows = None
         # Rows are read straight into place, one head at a time (a few times faster than a gather with an index
-        # expanded over the head dim), unless they come from another device, a batch, or this very buffer.
+        # expanded over the head dim), unless they come from another device or dtype, a batch, or this very buffer.
         direct = (
             self.keys is not None
             and keys.shape[0] == 1
             and keys.device == self.device
+            and keys.dtype == self.keys.dtype
             and keys.untyped_storage().data_ptr() != self.keys.untyped_storage().data_ptr()
         )
         if self.keys is not None and not direct:
