@@ -20,7 +20,7 @@ import rift_hf
 from .models import PRESETS as MODEL_PRESETS
 from .tables import pipe_table
 
-DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval")
+DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval", "page-round")
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
 
