@@ -22,6 +22,9 @@ NAME = "rift"
 # Training only: per-layer boolean masks `[B, H_kv, L_q, L_kv]` (True = attend) that replace the model's mask, so a
 # full-sequence forward sees exactly what a compressed cache would keep (set by `rift_hf.training`).
 LAYER_MASKS: ContextVar[dict[int, torch.Tensor] | None] = ContextVar("rift_layer_masks", default=None)
+# Training only: when set to a dict, every layer's `(query, key, scale)` of a full-sequence forward is stored there by
+# layer index (autograd intact), for losses on the attention itself (`rift_hf.training.selection`).
+CAPTURED_QK: ContextVar[dict[int, tuple] | None] = ContextVar("rift_captured_qk", default=None)
 
 
 def attend(
@@ -112,6 +115,9 @@ def rift_attention_forward(
             index = layer.positions[None]  # [1, H_kv, K], ascending, the new tokens last
             out = indexed_attention(query, key, value, index, scale, sinks)
             return out.transpose(1, 2).contiguous(), None
+    captured = CAPTURED_QK.get()
+    if captured is not None:
+        captured[module.layer_idx] = (query, key, scale)
     masks = LAYER_MASKS.get()
     if masks is not None and getattr(module, "layer_idx", None) in masks:
         allowed = masks[module.layer_idx]

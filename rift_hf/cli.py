@@ -812,6 +812,8 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     target_spec, draft_spec = PRESETS[preset]
     result = json.loads((out / "eval.json").read_text())
     name = f"{draft_spec.name}-{result.get('policy', 'rift')}-{'' if result.get('teacher_top_k') else 'self-'}distilled"
+    if result.get("alignment_weight"):
+        name += "-aligned"
     write_card(
         out / "eval.json",
         [out / "model", card_dir / name],
@@ -948,9 +950,19 @@ def main(argv=None) -> None:
     rep.add_argument(
         "--out", type=Path, help="results folder (default: benchmarks/results/<experiment>/<preset>/replay-...)"
     )
-    rep.add_argument("--summary", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
+    rep.add_argument(
+        "--summary",
+        type=Path,
+        help="summary.json path (default: benchmarks/results/summary.json; none with --draft unless given)",
+    )
     rep.add_argument(
         "--cached-only", action="store_true", help="leave out prompts whose target output is not cached yet"
+    )
+    rep.add_argument(
+        "--draft",
+        type=Path,
+        help="a drafter folder to replay instead of the preset's (e.g. a trained one, <train out>/model); it must share "
+        "the preset's tokenizer, whose target outputs it is judged against",
     )
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
@@ -963,6 +975,12 @@ def main(argv=None) -> None:
     train.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
     train.add_argument("--save-steps", type=int, default=20, help="checkpoint interval (a rerun resumes from the last)")
     train.add_argument("--unmasked-rate", type=float, default=0.25, help="share of steps without compression")
+    train.add_argument(
+        "--alignment-weight",
+        type=float,
+        default=0.0,
+        help="weight of the selection-alignment loss (prefill-window scores towards the answer's attention); 0: off",
+    )
     train.add_argument("--eval-input-tokens", type=int, default=4096, help="replay evaluation: prompt tokens")
     train.add_argument("--eval-new-tokens", type=int, default=512, help="replay evaluation: new tokens per prompt")
     train.add_argument("--eval-per-task", type=int, default=8, help="replay evaluation: prompts per regime")
@@ -1070,6 +1088,7 @@ def main(argv=None) -> None:
             prompt_tokens=args.prompt_tokens,
             answer_tokens=args.answer_tokens,
             unmasked_rate=args.unmasked_rate,
+            alignment_weight=args.alignment_weight,
             window=args.window,
             eval_input_tokens=args.eval_input_tokens,
             eval_new_tokens=args.eval_new_tokens,
@@ -1096,6 +1115,22 @@ def main(argv=None) -> None:
             parser.error("--compressions must be > 1 (4 keeps a quarter of the prompt)")
         name = f"replay-{args.input_tokens}in-{args.new_tokens}tok-{args.per_task}per-task"
         out = args.out or Path("benchmarks/results") / args.experiment / args.preset / name
+        models = None
+        if args.draft is not None:
+            if args.preset not in MODEL_PRESETS:
+                parser.error("--draft replays against a real preset's target outputs (qwen-coder, gemma3-self)")
+            if not (args.draft / "config.json").is_file():
+                parser.error(f"--draft {args.draft} has no config.json: pass the folder save_pretrained wrote")
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            from .models import ensure_local
+
+            tokenizer = AutoTokenizer.from_pretrained(ensure_local(MODEL_PRESETS[args.preset][0]))
+            draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=getattr(torch, args.dtype))
+            if draft.config.vocab_size < len(tokenizer):
+                parser.error(f"--draft {args.draft} has a smaller vocabulary than the {args.preset} tokenizer")
+            models = (None, draft.eval(), tokenizer)
         results = replay_compare(
             args.preset,
             policies,
@@ -1113,8 +1148,9 @@ def main(argv=None) -> None:
             tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
             sources=args.sources,
             experiment=args.experiment,
-            summary_path=args.summary,
+            summary_path=args.summary or (None if models else Path("benchmarks/results/summary.json")),
             cached_only=args.cached_only,
+            models=models,
         )
         for result in results:
             print(markdown_table(result))

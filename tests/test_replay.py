@@ -243,6 +243,8 @@ def test_replay_cli_argument_errors(capsys):
         (["replay", "--compressions", "1"], "must be > 1"),
         (["replay", "--compressions", "four"], "takes numbers"),
         (["replay", "--policies", "nope"], "unknown policies"),
+        (["replay", "--preset", "tiny-random", "--draft", "."], "real preset"),
+        (["replay", "--draft", "/nonexistent/drafter"], "has no config.json"),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)

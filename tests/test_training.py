@@ -206,3 +206,78 @@ def test_fast_masks_equal_the_forward_per_position(arch, policy):
     assert fast.keys() == slow.keys()
     for index, mask in fast.items():
         assert bool(mask.equal(slow[index])), index
+
+
+def test_alignment_window_scores_are_the_policys_scores_and_the_loss_is_zero_on_its_own_target():
+    from kernels.reference import window_attention_scores
+    from rift_hf.training.selection import alignment_loss, captured_attention, future_attention, window_scores
+
+    torch.manual_seed(0)
+    query, key = torch.randn(1, 4, 6, 8), torch.randn(1, 2, 30, 8)
+    assert torch.allclose(window_scores(query, key, 0.3), window_attention_scores(query, key, 0.3), atol=1e-6)
+
+    model = tiny_model("llama", seed=3, attn="rift")
+    ids = make_prompt(48, seed=7)[0]
+    item = {"input_ids": ids, "boundary": 32}
+    (future,) = future_attention(model, [item], window=4, n_sink=1)
+    layers = model.config.num_hidden_layers
+    assert future.shape == (layers, model.config.num_key_value_heads, 32)
+    assert torch.allclose(future.sum(-1), torch.ones(future.shape[:2]))
+    assert future[..., :1].abs().sum() == 0 and future[..., 28:].abs().sum() == 0
+    with torch.no_grad(), captured_attention() as captured:
+        model(ids[None])
+    # The window's own scores, as a target, give KL 0; a target the window does not share, a large one.
+    own = []
+    for index in sorted(captured):
+        q, k, scale = captured[index]
+        scores = window_scores(q[:, :, 28:32], k[:, :, :32], scale)[0]
+        from kernels.reference import pool_scores
+
+        scores = pool_scores(scores, 5, "avg")
+        scores[:, :1] = 0
+        scores[:, 28:] = 0
+        own.append(scores / scores.sum(-1, keepdim=True))
+    assert float(alignment_loss(captured, torch.stack(own), 32, 4, 1)) < 1e-5
+    pointed = torch.zeros_like(future)
+    pointed[..., 5] = 1.0
+    assert float(alignment_loss(captured, pointed, 32, 4, 1)) > 1.0
+
+
+def test_trainer_with_selection_alignment_lowers_the_alignment_loss():
+    from rift_hf.training.selection import alignment_loss, captured_attention, future_attention
+
+    student = tiny_model("llama", seed=5, attn="rift")
+    teacher = copy.deepcopy(student)
+    sampler = CompressionSampler(budget=(0.25, 0.25), policies=("rift-stat",), unmasked_rate=0.0,
+                                 overrides={"window": 4, "n_sink": 1})  # fmt: skip
+    items = [{"input_ids": make_prompt(48, seed=200 + i)[0], "boundary": 32} for i in range(4)]
+    future = future_attention(student, items, window=4, n_sink=1)
+
+    class Data(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(items)
+
+        def __getitem__(self, i):
+            return {"input_ids": items[i]["input_ids"], "boundary": 32, "future_attention": future[i]}
+
+    def mean_alignment():
+        with torch.no_grad():
+            values = []
+            for item, target in zip(items, future, strict=True):
+                with captured_attention() as captured:
+                    student(item["input_ids"][None])
+                values.append(float(alignment_loss(captured, target, 32, 4, 1)))
+            return sum(values) / len(values)
+
+    before = mean_alignment()
+    args = TrainingArguments(output_dir="/tmp/rift-align-test", per_device_train_batch_size=1, max_steps=16,
+                             learning_rate=3e-3, logging_steps=1, report_to=[], remove_unused_columns=False,
+                             use_cpu=True, save_strategy="no")  # fmt: skip
+    trainer = RiftDistillationTrainer(model=student, args=args, train_dataset=Data(), sampler=sampler,
+                                      teacher=teacher, alignment_weight=1.0)  # fmt: skip
+    trainer.train()
+    assert len(trainer.alignment_log) == 16
+    after = mean_alignment()
+    assert after < 0.7 * before, (before, after)
+    with pytest.raises(ValueError, match="alignment_weight"):
+        RiftDistillationTrainer(model=student, args=args, train_dataset=Data(), sampler=sampler, alignment_weight=-1)

@@ -60,7 +60,7 @@ equals the target's, {{ proxy_n }} sequences from {{ proxy_modules }}):
   ({{ prompt_tokens }} source tokens) followed by {{ answer_tokens }} tokens of its known answer. Each step samples a
   budget ({{ budgets }} of the prompt) for `{{ policy }}`, or an unmasked step ({{ unmasked }} of steps); after the
   prompt the drafter sees exactly the positions the compressed cache keeps (masks read off `RiftCache`) and is
-  trained on KL(teacher || drafter) there.
+  trained on KL(teacher || drafter) there.{{ alignment }}
 - Teacher: {{ teacher }}.
 - Trained parameters: attention projections only ({{ trainable }} parameters), fp32, AdamW, constant learning rate
   {{ learning_rate }}, {{ steps }} steps of one ~{{ seq_tokens }}-token sequence ({{ tokens_seen }} tokens,
@@ -214,6 +214,7 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         budgets=f"1/{compressions[-1]:g}-1/{compressions[0]:g}",
         policy=result["policy"],
         unmasked=f"{result['unmasked_rate']:.0%}",
+        alignment=_alignment(result),
         teacher=_teacher(result),
         trainable=f"{result['trainable_parameters']:,}",
         learning_rate=result["learning_rate"],
@@ -227,6 +228,22 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         total_minutes=f"{result['total_seconds'] / 60:.1f}",
         date=result["date"],
         license=license,
+    )
+
+
+def _alignment(result: dict) -> str:
+    weight = result.get("alignment_weight") or 0
+    if not weight:
+        return ""
+    log = result.get("alignment_log") or []
+    trend = ""
+    if len(log) >= 20:
+        first, last = sum(log[:10]) / 10, sum(log[-10:]) / 10
+        trend = f" (mean of the first ten sequences {first:.3f}, of the last ten {last:.3f})"
+    return (
+        f"\n- Selection alignment (weight {weight:g}): on every step, KL(answer's attention || prefill window's "
+        "scores) over the evictable prompt positions, per layer and KV head, the answer's attention taken once from "
+        f"the untrained drafter with the full cache (`rift_hf/training/selection.py`){trend}."
     )
 
 

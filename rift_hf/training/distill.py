@@ -23,6 +23,7 @@ from transformers import Trainer, TrainerCallback
 
 from ..config import RiftConfig
 from .masks import compressed_attention_masks, masked_attention
+from .selection import alignment_loss, captured_attention
 
 logger = logging.getLogger(__name__)
 
@@ -158,15 +159,27 @@ class RiftDistillationTrainer(Trainer):
             else the drafter's own unmasked logits are the teacher (self-distillation). A batch may also carry
             `boundary` (`[B]`, the prompt length of each sequence): the compressed cache then starts there, as at
             inference after that prompt, instead of at the sampler's sampled fraction.
+        alignment_weight (`float`, defaults to 0): weight of the selection-alignment loss (`selection.py`) added on
+            every step; needs `boundary` and `future_attention` (`[B, L, H_kv, P]`, from `future_attention` with the
+            sampler's window and n_sink) in each batch.
     """
 
-    def __init__(self, *args, sampler: CompressionSampler, teacher=None, **kwargs):
+    def __init__(self, *args, sampler: CompressionSampler, teacher=None, alignment_weight: float = 0.0, **kwargs):
         callbacks = list(kwargs.pop("callbacks", None) or [])
         if not any(isinstance(c, RiftCompressibilityCallback) for c in callbacks):
             callbacks.append(RiftCompressibilityCallback(sampler))
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.sampler = sampler
         self.teacher = teacher
+        if alignment_weight < 0:
+            raise ValueError(f"`alignment_weight` must be >= 0, got {alignment_weight}.")
+        self.alignment_weight = alignment_weight
+        self.alignment_log: list[float] = []  # the alignment loss of every sequence trained on, in order
+        if alignment_weight:
+            from ..generation.candidate import use_rift_attention
+
+            # The loss reads the queries and keys the "rift" backend sees; rift-stat needs that backend too.
+            use_rift_attention(self.model, RiftConfig(policy="rift-stat", **sampler.overrides))
         if teacher is not None:
             teacher.eval().requires_grad_(False)
 
@@ -189,8 +202,24 @@ class RiftDistillationTrainer(Trainer):
             boundary = min(max(1, boundary), ids.shape[1] - 1)
             masks = compressed_attention_masks(model, ids, boundary, config) if config is not None else None
             teacher = self._teacher_logits(model, ids, inputs, index)
-            with masked_attention(masks):
+            if not self.alignment_weight:
+                with masked_attention(masks):
+                    student = model(ids).logits[0]
+                losses.append(distillation_loss(student, teacher, boundary))
+                continue
+            if "future_attention" not in inputs or "boundary" not in inputs:
+                raise ValueError(
+                    "alignment_weight > 0 needs `boundary` and `future_attention` in every batch "
+                    "(rift_hf.training.selection.future_attention)."
+                )
+            with masked_attention(masks), captured_attention() as captured:
                 student = model(ids).logits[0]
-            losses.append(distillation_loss(student, teacher, boundary))
+            shape = RiftConfig(**self.sampler.overrides)
+            aligned = alignment_loss(
+                captured, inputs["future_attention"][index], boundary, shape.window, shape.n_sink, shape.pool,
+                shape.pool_kernel,
+            )  # fmt: skip
+            self.alignment_log.append(float(aligned.detach()))
+            losses.append(distillation_loss(student, teacher, boundary) + self.alignment_weight * aligned)
         loss = torch.stack(losses).mean()
         return (loss, {"loss": loss}) if return_outputs else loss

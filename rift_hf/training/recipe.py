@@ -167,9 +167,10 @@ def replay_summary(run_dir: Path, policies, compressions) -> dict:
 
 
 class _Sequences(torch.utils.data.Dataset):
-    def __init__(self, items, teacher_top_k=None):
+    def __init__(self, items, teacher_top_k=None, future=None):
         self.items = items
         self.teacher_top_k = teacher_top_k
+        self.future = future
 
     def __len__(self):
         return len(self.items)
@@ -178,6 +179,8 @@ class _Sequences(torch.utils.data.Dataset):
         item = {"input_ids": self.items[index]["input_ids"], "boundary": self.items[index]["boundary"]}
         if self.teacher_top_k is not None:
             item["teacher_top_k_indices"], item["teacher_top_k_log_probs"] = self.teacher_top_k[index]
+        if self.future is not None:
+            item["future_attention"] = self.future[index]
         return item
 
 
@@ -194,6 +197,7 @@ def run(
     prompt_tokens: int = 768,
     answer_tokens: int = 256,
     unmasked_rate: float = 0.25,
+    alignment_weight: float = 0.0,
     window: int = 64,
     delta: int = 128,
     eval_input_tokens: int = 4096,
@@ -209,9 +213,11 @@ def run(
     """Evaluate, distil for `policy` at budgets between the `compressions`, evaluate again; write `out`."""
     from transformers import AutoTokenizer, TrainingArguments
 
+    from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
     from ..replay import replay_compare
     from .distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
+    from .selection import alignment_loss, captured_attention, future_attention
 
     tick = time.perf_counter()
     if preset not in PRESETS:
@@ -246,9 +252,26 @@ def run(
         for c in compressions
     }
 
+    # Selection alignment: where the untrained drafter's answer tokens attend, per sequence (training and proxy).
+    shape = RiftConfig(policy=policy, window=window)
+    use_rift_attention(draft, shape)
+    proxy_future = future_attention(draft, proxy_items, window, shape.n_sink, out / "proxy-future.safetensors")
+    train_future = None
+    if alignment_weight:
+        train_future = future_attention(draft, train_items, window, shape.n_sink, out / "future.safetensors")
+
     def proxy() -> dict:
         agreement = proxy_agreement(draft, proxy_items, proxy_top, evaluated)
-        return {name: {"agreement": a, "retention": a / agreement["full"]} for name, a in agreement.items()}
+        result = {name: {"agreement": a, "retention": a / agreement["full"]} for name, a in agreement.items()}
+        with torch.no_grad():
+            losses = []
+            for item, future in zip(proxy_items, proxy_future, strict=True):
+                with captured_attention() as captured:
+                    draft(item["input_ids"][None].to(draft.device))
+                losses.append(float(alignment_loss(captured, future, item["boundary"], window, shape.n_sink,
+                                                   shape.pool, shape.pool_kernel)))  # fmt: skip
+        result["full"]["alignment_loss"] = statistics.mean(losses)
+        return result
 
     def replayed(folder: Path) -> dict | None:
         if not replay:
@@ -293,7 +316,12 @@ def run(
         seed=0,
     )
     trainer = RiftDistillationTrainer(
-        model=draft, args=args, train_dataset=_Sequences(train_items, train_top), sampler=sampler, teacher=teacher_model
+        model=draft,
+        args=args,
+        train_dataset=_Sequences(train_items, train_top, train_future),
+        sampler=sampler,
+        teacher=teacher_model,
+        alignment_weight=alignment_weight,
     )
     resume = any(checkpoints.glob("checkpoint-*"))
     train_tick = time.perf_counter()
@@ -328,6 +356,8 @@ def run(
         "prompt_tokens": prompt_tokens,
         "answer_tokens": answer_tokens,
         "unmasked_rate": unmasked_rate,
+        "alignment_weight": alignment_weight,
+        "alignment_log": trainer.alignment_log,
         "trainable_parameters": trainable,
         "learning_rate": learning_rate,
         "train_seconds": train_seconds,
