@@ -961,8 +961,8 @@ def main(argv=None) -> None:
     rep.add_argument(
         "--draft",
         type=Path,
-        help="a drafter folder to replay instead of the preset's (e.g. a trained one, <train out>/model); it must share "
-        "the preset's tokenizer, whose target outputs it is judged against",
+        help="a drafter folder to replay instead of the preset's (e.g. a trained one, <train out>/model); it must "
+        "share the preset's tokenizer, whose target outputs it is judged against",
     )
     sub.add_parser("demo", help="the Gradio app comparing policies live (rift-hf demo --help)")
     train = sub.add_parser("train", help="compressibility distillation of a preset's drafter, evaluated before/after")
