@@ -208,6 +208,12 @@ def test_fast_masks_equal_the_forward_per_position(arch, policy):
         assert bool(mask.equal(slow[index])), index
 
 
+def pointed_at(like: torch.Tensor, position: int) -> torch.Tensor:
+    pointed = torch.zeros_like(like)
+    pointed[..., position] = 1.0
+    return pointed
+
+
 def test_alignment_window_scores_are_the_policys_scores_and_the_loss_is_zero_on_its_own_target():
     from kernels.reference import window_attention_scores
     from rift_hf.training.selection import alignment_loss, captured_attention, future_attention, window_scores
@@ -238,9 +244,14 @@ def test_alignment_window_scores_are_the_policys_scores_and_the_loss_is_zero_on_
         scores[:, 28:] = 0
         own.append(scores / scores.sum(-1, keepdim=True))
     assert float(alignment_loss(captured, torch.stack(own), 32, 4, 1)) < 1e-5
-    pointed = torch.zeros_like(future)
-    pointed[..., 5] = 1.0
-    assert float(alignment_loss(captured, pointed, 32, 4, 1)) > 1.0
+    # Recall of the window's own scores: the mass of its own top positions among [0, P - count).
+    from rift_hf.training.selection import selection_recall
+
+    own = torch.stack(own)
+    expected = own[..., :24].topk(8, dim=-1).values.sum(-1).mean()
+    assert abs(selection_recall(captured, own, 32, 8, 4) - float(expected)) < 1e-5
+    assert selection_recall(captured, pointed_at(own, 30), 32, 8, 4) == 0.0  # a position the selection cannot take
+    assert float(alignment_loss(captured, pointed_at(future, 5), 32, 4, 1)) > 1.0
 
 
 def test_trainer_with_selection_alignment_lowers_the_alignment_loss():

@@ -217,7 +217,7 @@ def run(
     from ..models import PRESETS, ensure_local, load_model
     from ..replay import replay_compare
     from .distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
-    from .selection import alignment_loss, captured_attention, future_attention
+    from .selection import alignment_loss, captured_attention, future_attention, selection_recall
 
     tick = time.perf_counter()
     if preset not in PRESETS:
@@ -263,14 +263,24 @@ def run(
     def proxy() -> dict:
         agreement = proxy_agreement(draft, proxy_items, proxy_top, evaluated)
         result = {name: {"agreement": a, "retention": a / agreement["full"]} for name, a in agreement.items()}
+        # Where the selection points: the alignment loss, and the share of the answer's attention (untrained drafter,
+        # full cache) on what rift-stat's prefill selection keeps at each compression, per regime.
+        losses, recall = [], {}
         with torch.no_grad():
-            losses = []
             for item, future in zip(proxy_items, proxy_future, strict=True):
+                boundary = item["boundary"]
                 with captured_attention() as captured:
                     draft(item["input_ids"][None].to(draft.device))
-                losses.append(float(alignment_loss(captured, future, item["boundary"], window, shape.n_sink,
+                losses.append(float(alignment_loss(captured, future, boundary, window, shape.n_sink,
                                                    shape.pool, shape.pool_kernel)))  # fmt: skip
+                for c in compressions:
+                    count = int(boundary / c) // 2
+                    kept = selection_recall(captured, future, boundary, count, window, shape.pool, shape.pool_kernel)
+                    recall.setdefault(f"{c:g}x", {}).setdefault(item["name"].split(":")[0], []).append(kept)
         result["full"]["alignment_loss"] = statistics.mean(losses)
+        result["full"]["selection_recall"] = {
+            c: {task: statistics.mean(v) for task, v in by_task.items()} for c, by_task in recall.items()
+        }
         return result
 
     def replayed(folder: Path) -> dict | None:

@@ -132,3 +132,21 @@ def alignment_loss(
     if not losses:
         raise ValueError("No attention was captured: the drafter must use the 'rift' attention backend.")
     return torch.stack(losses).mean()
+
+
+@torch.no_grad()
+def selection_recall(captured: dict[int, tuple], future: torch.Tensor, boundary: int, count: int, window: int,
+                     pool: str = "avg", kernel: int = 5) -> float:  # fmt: skip
+    """
+    Share of `future`'s mass (`[L, H_kv, P]`) on the `count` positions per layer and KV head that the window's
+    SnapKV scores rank highest among `[0, P - count)` (rift-stat's selection when the other `count` are recent),
+    averaged over layers and KV heads.
+    """
+    kept = []
+    for row, index in enumerate(sorted(captured)):
+        query, key, scale = captured[index]
+        scores = pool_scores(window_scores(query[:, :, boundary - window : boundary], key[:, :, :boundary], scale),
+                             kernel, pool)[0, :, : boundary - count]  # fmt: skip
+        top = scores.topk(min(count, scores.shape[-1]), dim=-1).indices
+        kept.append(future[row].to(scores.device).gather(-1, top).sum(-1).mean())
+    return float(torch.stack(kept).mean())
