@@ -334,9 +334,22 @@ def run(
         alignment_weight=alignment_weight,
     )
     resume = any(checkpoints.glob("checkpoint-*"))
+    # A resumed run carries the training time and alignment log of the steps trained before (eval.json of the last
+    # invocation, written when it finished), so the card describes the whole run, not the last leg.
+    earlier = {"train_seconds": 0.0, "alignment_log": [], "legs": []}
+    if resume and (out / "eval.json").is_file():
+        previous = json.loads((out / "eval.json").read_text())
+        legs = previous.get("legs") or [{"steps": previous["steps"], "train_seconds": previous["train_seconds"]}]
+        earlier = {
+            "train_seconds": sum(leg["train_seconds"] for leg in legs),
+            "alignment_log": previous.get("alignment_log") or [],
+            "legs": legs,
+        }
     train_tick = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume or None)
-    train_seconds = time.perf_counter() - train_tick
+    leg_seconds = time.perf_counter() - train_tick
+    train_seconds = earlier["train_seconds"] + leg_seconds
+    legs = earlier["legs"] + [{"steps": trainer.state.global_step, "train_seconds": leg_seconds}]
     draft.eval()
     for parameter in draft.parameters():
         parameter.requires_grad_(False)
@@ -367,10 +380,11 @@ def run(
         "answer_tokens": answer_tokens,
         "unmasked_rate": unmasked_rate,
         "alignment_weight": alignment_weight,
-        "alignment_log": trainer.alignment_log,
+        "alignment_log": earlier["alignment_log"] + trainer.alignment_log,
         "trainable_parameters": trainable,
         "learning_rate": learning_rate,
         "train_seconds": train_seconds,
+        "legs": legs,  # each invocation: the step it reached and its training seconds
         "total_seconds": time.perf_counter() - tick,
         "train_modules": [m for m in TRAIN_MODULES if any(i["name"].endswith(f":{m}") for i in train_items)],
         "proxy_modules": list(PROXY_MODULES),
