@@ -211,7 +211,9 @@ def run(
     save_steps: int = 20,
 ) -> dict:
     """Evaluate, distil for `policy` at budgets between the `compressions`, evaluate again; write `out`."""
-    from transformers import AutoTokenizer, TrainingArguments
+    from safetensors.torch import load_model as load_safetensors_model
+    from transformers import AutoTokenizer, TrainerState, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
 
     from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
@@ -346,7 +348,14 @@ def run(
             "legs": legs,
         }
     train_tick = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume or None)
+    last = get_last_checkpoint(str(checkpoints)) if resume else None
+    saved = TrainerState.load_from_json(str(Path(last) / "trainer_state.json")) if last else None
+    if saved is not None and saved.global_step >= steps:
+        # `Trainer.train` would take one more step even when resuming at `max_steps`; evaluate the checkpoint as is.
+        load_safetensors_model(draft, str(Path(last) / "model.safetensors"))
+        trainer.state = saved
+    else:
+        trainer.train(resume_from_checkpoint=resume or None)
     leg_seconds = time.perf_counter() - train_tick
     train_seconds = earlier["train_seconds"] + leg_seconds
     legs = earlier["legs"] + [{"steps": trainer.state.global_step, "train_seconds": leg_seconds}]
@@ -372,10 +381,10 @@ def run(
         "teacher_top_k": top_k if teacher == "target" else None,
         "policy": policy,
         "compressions": compressions,
-        "steps": steps,
+        "steps": trainer.state.global_step,
         "sequences": len(train_items),
         "seq_tokens": seq_tokens,
-        "tokens_seen": steps * seq_tokens,
+        "tokens_seen": trainer.state.global_step * seq_tokens,
         "prompt_tokens": prompt_tokens,
         "answer_tokens": answer_tokens,
         "unmasked_rate": unmasked_rate,
