@@ -104,6 +104,14 @@ def future_attention(
     return out
 
 
+def _prefill_scores(entry: tuple, boundary: int, window: int, pool: str, kernel: int) -> torch.Tensor:
+    """One layer's `(query, key, scale)` -> `[H_kv, P]`: the pooled SnapKV scores of the prefill window over the
+    prompt, as a policy selecting at the prefill computes them (differentiable)."""
+    query, key, scale = entry
+    scores = window_scores(query[:, :, boundary - window : boundary], key[:, :, :boundary], scale)
+    return pool_scores(scores, kernel, pool)[0]
+
+
 def alignment_loss(
     captured: dict[int, tuple],
     future: torch.Tensor,
@@ -122,10 +130,7 @@ def alignment_loss(
     """
     losses = []
     for row, index in enumerate(sorted(captured)):
-        query, key, scale = captured[index]
-        scores = pool_scores(window_scores(query[:, :, boundary - window : boundary], key[:, :, :boundary], scale),
-                             kernel, pool)[0]  # fmt: skip
-        scores = scores[:, n_sink : boundary - window]
+        scores = _prefill_scores(captured[index], boundary, window, pool, kernel)[:, n_sink : boundary - window]
         log_share = (scores / scores.sum(dim=-1, keepdim=True)).clamp_min(1e-12).log()
         target = future[row, :, n_sink : boundary - window].to(scores.device)
         losses.append((target * (target.clamp_min(1e-12).log() - log_share)).sum(-1).mean())
@@ -144,9 +149,7 @@ def selection_recall(captured: dict[int, tuple], future: torch.Tensor, boundary:
     """
     kept = []
     for row, index in enumerate(sorted(captured)):
-        query, key, scale = captured[index]
-        scores = pool_scores(window_scores(query[:, :, boundary - window : boundary], key[:, :, :boundary], scale),
-                             kernel, pool)[0, :, : boundary - count]  # fmt: skip
+        scores = _prefill_scores(captured[index], boundary, window, pool, kernel)[:, : boundary - count]
         top = scores.topk(min(count, scores.shape[-1]), dim=-1).indices
         kept.append(future[row].to(scores.device).gather(-1, top).sum(-1).mean())
     return float(torch.stack(kept).mean())
