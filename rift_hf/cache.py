@@ -252,7 +252,8 @@ class RiftLayer(CacheLayerMixin):
             and q >= min(config.window, self.seen)
         ):
             window = min(config.window, q)
-            self.prefill_scores = self.cache.policy.score(query[:, :, -window:], key, scale, sinks)[0]
+            scoring = self.cache.scoring_query(self.layer_idx, query[:, :, -window:])
+            self.prefill_scores = self.cache.policy.score(scoring, key, scale, sinks)[0]
         if self.cache.records_queries:
             # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
             self.recent_queries.append(query.detach())
@@ -374,9 +375,11 @@ class RiftLayer(CacheLayerMixin):
         if policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
             self._summarise_pages(keys, self.seen)  # the keys read above: a quantised store dequantises once
             pages, count = self.pages.used_keys, self.cache.n_select
-            self.selected = policy.select_pages(self.queries, pages, self.scale, config.n_sink, hi, count)
+            query = self.cache.scoring_query(self.layer_idx, self.queries)
+            self.selected = policy.select_pages(query, pages, self.scale, config.n_sink, hi, count)
         else:
-            scores = policy.score(self.queries, keys.to(self.queries.device), self.scale, self.sinks)
+            query = self.cache.scoring_query(self.layer_idx, self.queries)
+            scores = policy.score(query, keys.to(query.device), self.scale, self.sinks)
             self.selected = policy.select(scores, config.n_sink, hi, self.cache.n_select)
         self._build(None if self.indexed else keys, None if self.indexed else values)
         if self.cache.schedule.logs_drift:
@@ -514,6 +517,11 @@ class RiftCache(Cache):
             (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
         )
         self.policy = rift_config.policy_object
+        self.selection_head = None
+        if rift_config.selection_head is not None:
+            from .selection_head import SelectionHead
+
+            self.selection_head = SelectionHead.load(rift_config.selection_head).requires_grad_(False)
         self.schedule = self.policy.schedule()
         self.signals = Signals(alpha=rift_config.al_alpha, entropy_window=rift_config.check_interval)
         self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
@@ -532,6 +540,10 @@ class RiftCache(Cache):
         self.pending_drafts: int | None = None
         self._awaiting_verified = False
         self._verified_forward_done = False
+
+    def scoring_query(self, layer_idx: int, query: torch.Tensor) -> torch.Tensor:
+        """The queries the policy scores with: `query` itself, or re-weighted by the config's selection head."""
+        return query if self.selection_head is None else self.selection_head(layer_idx, query)
 
     def stored_tokens(self) -> list[int]:
         """Entries stored per compressed layer (per KV head), in-flight draft tokens included."""

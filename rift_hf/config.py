@@ -85,6 +85,10 @@ class RiftConfig:
             (about 1.9x at int8 and 3.6x at int4 for 64-dim heads in bf16), so "4x" compares precisions at equal
             memory. A dtype name (`"bfloat16"`, `"float16"`, `"float32"`) counts the bytes as if the model ran in that
             dtype: an fp32 drafter (exact replay) then holds the rows a bf16 drafter would.
+        selection_head (`str`, *optional*): a trained `rift_hf.SelectionHead` (a `.safetensors` file, or a folder
+            holding `selection_head.safetensors`) through which the scorer reads the queries of a policy that scores
+            with them; the drafter's own attention is unchanged. A relative path in a saved config is read relative
+            to the folder it was saved in (`from_pretrained`).
 
     Example:
 
@@ -122,6 +126,7 @@ class RiftConfig:
     kv_dtype: str | None = None
     kv_group_size: int = 64
     kv_equal_bytes: bool | str = False
+    selection_head: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.policy, str):
@@ -162,6 +167,14 @@ class RiftConfig:
         for name in ("snapkv_grow", "track_attention_mass", "attend_in_place"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        if self.selection_head is not None:
+            if not isinstance(self.selection_head, str) or not self.selection_head:
+                raise TypeError(f"`selection_head` must be a path (str) or None, got {self.selection_head!r}.")
+            if not policy_class(self.policy).scored or policy_class(self.policy).retrieves:
+                raise ValueError(
+                    f"Policy {self.policy!r} does not select with its recent queries, so a `selection_head` has "
+                    "nothing to act on; drop it, or use a scored policy such as 'rift-stat'."
+                )
         if self.store_device is not None:
             self._check_store_device()
         if self.store_dtype is not None:
@@ -344,7 +357,16 @@ class RiftConfig:
                 f"{folder} has no {CONFIG_NAME}; pass a RiftConfig or a dict as cache_config, or save one with "
                 "RiftConfig(...).save_pretrained(folder)."
             )
-        return cls.from_dict(json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        head = data.get("selection_head")
+        if isinstance(head, str) and head and not Path(head).is_absolute():
+            local = Path(folder) / head
+            if not local.exists() and not Path(folder).is_dir():
+                from huggingface_hub import hf_hub_download
+
+                local = Path(hf_hub_download(str(folder), head))
+            data["selection_head"] = str(local)
+        return cls.from_dict(data)
 
     @classmethod
     def coerce(cls, value: RiftConfig | dict[str, Any] | str | None) -> RiftConfig:

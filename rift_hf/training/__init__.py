@@ -7,6 +7,7 @@ from .distill import (
     distillation_loss,
     teacher_top_k,
 )
+from .head import head_examples, head_recall, train_selection_head
 from .masks import compressed_attention_masks, masked_attention
 
 __all__ = [
@@ -15,6 +16,9 @@ __all__ = [
     "RiftDistillationTrainer",
     "compressed_attention_masks",
     "distillation_loss",
+    "head_examples",
+    "head_recall",
     "masked_attention",
     "teacher_top_k",
+    "train_selection_head",
 ]

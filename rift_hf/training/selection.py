@@ -82,19 +82,7 @@ def future_attention(
             raise ValueError(f"A prompt of {boundary} tokens leaves no evictable position with window {window}.")
         with captured_attention() as captured:
             model(ids)
-        layers = []
-        for index in sorted(captured):
-            query, key, scale = captured[index]
-            group = query.shape[1] // key.shape[1]
-            answer = (query[:, :, boundary:].float() * scale).reshape(1, key.shape[1], -1, query.shape[-1])
-            logits = torch.matmul(answer, key.float().transpose(-1, -2))  # [1, H_kv, group * A, T]
-            rows = torch.arange(boundary, ids.shape[1], device=ids.device).repeat(group)
-            visible = torch.arange(ids.shape[1], device=ids.device)[None] <= rows[:, None]
-            probs = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
-            mass = probs.sum(dim=2)[0, :, :boundary]  # [H_kv, P]
-            mass[:, :n_sink] = 0
-            mass[:, boundary - window :] = 0
-            layers.append(mass / mass.sum(dim=-1, keepdim=True))
+        layers = [_future_mass(*captured[index], boundary, window, n_sink) for index in sorted(captured)]
         out.append(torch.stack(layers))
     model.train(was_training)
     if path is not None:
@@ -102,6 +90,22 @@ def future_attention(
         tensors = {f"future.{i}": f.contiguous() for i, f in enumerate(out)}
         save_file(tensors, str(path), metadata={"fingerprint": fingerprint})
     return out
+
+
+def _future_mass(query, key, scale: float, boundary: int, window: int, n_sink: int) -> torch.Tensor:
+    """One layer's `[H_kv, P]` share of the answer's attention (queries `>= boundary`) on each evictable prompt
+    position `[n_sink, P - window)`, normalised to 1 per KV head (see `future_attention`)."""
+    length = key.shape[2]
+    group = query.shape[1] // key.shape[1]
+    answer = (query[:, :, boundary:].float() * scale).reshape(1, key.shape[1], -1, query.shape[-1])
+    logits = torch.matmul(answer, key.float().transpose(-1, -2))  # [1, H_kv, group * A, T]
+    rows = torch.arange(boundary, length, device=key.device).repeat(group)
+    visible = torch.arange(length, device=key.device)[None] <= rows[:, None]
+    probs = torch.softmax(logits.masked_fill(~visible, float("-inf")), dim=-1)
+    mass = probs.sum(dim=2)[0, :, :boundary]  # [H_kv, P]
+    mass[:, :n_sink] = 0
+    mass[:, boundary - window :] = 0
+    return mass / mass.sum(dim=-1, keepdim=True)
 
 
 def _prefill_scores(entry: tuple, boundary: int, window: int, pool: str, kernel: int) -> torch.Tensor:
