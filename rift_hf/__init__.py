@@ -14,7 +14,7 @@ from .config import POLICIES, PRESETS, RiftConfig, preset
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
 from .generation import apply as _apply_patches
 from .policies import Policy, calibrate_thresholds, register
-from .selection_head import SelectionHead
+from .policies.selection_head import SelectionHead
 
 __version__ = "0.1.0"
 

@@ -30,6 +30,7 @@ from transformers.cache_utils import (
 from .config import RiftConfig
 from .kernels import uses_triton
 from .policies import Signals, keep_mask
+from .policies.selection_head import SelectionHead
 from .storage import QuantizedRows, QuantizedWorkingSet, Quantizer, RecentRows, Rows, WorkingSet
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
@@ -519,8 +520,6 @@ class RiftCache(Cache):
         self.policy = rift_config.policy_object
         self.selection_head = None
         if rift_config.selection_head is not None:
-            from .selection_head import SelectionHead
-
             self.selection_head = SelectionHead.load(rift_config.selection_head).requires_grad_(False)
         self.schedule = self.policy.schedule()
         self.signals = Signals(alpha=rift_config.al_alpha, entropy_window=rift_config.check_interval)

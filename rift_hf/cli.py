@@ -812,7 +812,9 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
     target_spec, draft_spec = PRESETS[preset]
     result = json.loads((out / "eval.json").read_text())
     name = f"{draft_spec.name}-{result.get('policy', 'rift')}-{'' if result.get('teacher_top_k') else 'self-'}distilled"
-    if result.get("alignment_weight"):
+    if result.get("kind") == "selection-head":
+        name = f"{draft_spec.name}-{result['policy']}-selection-head"
+    elif result.get("alignment_weight"):
         name += "-aligned"
     write_card(
         out / "eval.json",
@@ -998,6 +1000,29 @@ def main(argv=None) -> None:
     trained = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
     train.add_argument("--out", type=Path, default=trained, help="Hub-ready folder: model/, eval.json")
     train.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
+    head = sub.add_parser(
+        "train-head",
+        help="fit a selection head (how the scorer reads the queries; drafter untouched), evaluated before/after",
+    )
+    head.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
+    head.add_argument("--policy", default="rift-stat", help="the policy fitted for (one that scores with its queries)")
+    head.add_argument("--compressions", default="4,8", help="compressions evaluated")
+    head.add_argument("--prompt-tokens", type=int, default=768, help="source tokens per training prompt")
+    head.add_argument("--answer-tokens", type=int, default=256, help="answer tokens after each training prompt")
+    head.add_argument("--epochs", type=int, default=8, help="passes over the training sequences")
+    head.add_argument("--learning-rate", type=float, default=3e-2, help="Adam learning rate (cosine decay)")
+    head.add_argument("--window", type=int, default=64, help="observation window of the policy")
+    for name, default in (("input-tokens", 4096), ("new-tokens", 512), ("per-task", 8)):
+        head.add_argument(
+            f"--eval-{name}", type=int, default=default, help=f"replay evaluation: {name.replace('-', ' ')}"
+        )
+    head.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
+    head.add_argument("--before", type=Path, help="replay folder of the drafter without a head to resume")
+    head.add_argument("--after", type=Path, help="where the replay rows with the head go; None: <out>/replay-after")
+    head.add_argument("--no-replay", action="store_true", help="proxy (selection recall) only")
+    head_out = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-selection-head"
+    head.add_argument("--out", type=Path, default=head_out, help="Hub-ready folder: model/, eval.json")
+    head.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
     card = sub.add_parser("card", help="(re)write the model card of a trained drafter from its eval.json")
     card.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
     card.add_argument("--out", type=Path, default=trained, help="the training output folder (holds eval.json)")
@@ -1102,6 +1127,38 @@ def main(argv=None) -> None:
         if result["after"] is not None:
             _card(args.preset, args.out, args.card_dir)
         print(json.dumps({k: result[k] for k in ("proxy_before", "proxy_after", "train_seconds")}, indent=2))
+        return
+    if args.command == "train-head":
+        from .training.head import run_head
+
+        try:
+            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
+        except ValueError:
+            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
+        try:
+            result = run_head(
+                args.preset,
+                args.out,
+                policy=args.policy,
+                compressions=compressions,
+                prompt_tokens=args.prompt_tokens,
+                answer_tokens=args.answer_tokens,
+                epochs=args.epochs,
+                learning_rate=args.learning_rate,
+                window=args.window,
+                eval_input_tokens=args.eval_input_tokens,
+                eval_new_tokens=args.eval_new_tokens,
+                eval_per_task=args.eval_per_task,
+                gamma=args.gamma,
+                replay=not args.no_replay,
+                before_dir=args.before,
+                after_dir=args.after,
+            )
+        except ValueError as err:
+            parser.error(str(err))
+        if result["after"] is not None:
+            _card(args.preset, args.out, args.card_dir)
+        print(json.dumps({k: result[k] for k in ("recall_before", "recall_after", "fit_seconds")}, indent=2))
         return
     if args.command == "replay":
         from .replay import replay_compare

@@ -531,8 +531,18 @@ def replay_compare(
             handle.write(json.dumps(row) + "\n")
         done[compression][prompt.name, policy] = row
     results = []
+    added = {compression for _, _, compression, _ in todo}
     for compression in compressions:
         run_dir = Path(out_dir) / f"{compression:g}x"
+        if compression not in added and (run_dir / "compare.json").is_file():
+            # Nothing new: the folder's own compare.json stands if it holds every row asked for (re-rendering it would
+            # stamp its rows with this run's machine and date).
+            existing = json.loads((run_dir / "compare.json").read_text())
+            if {(p.name, q) for p in prompts for q in policies} <= {
+                (r["prompt"], r["policy"]) for r in existing["runs"]
+            }:
+                results.append(existing)
+                continue
         # The policies asked for, then any other one the folder already holds for every prompt (a run that continues
         # a folder with fewer policies must not drop the others from compare.json).
         held = dict.fromkeys(policy for _, policy in done[compression])

@@ -100,3 +100,46 @@ def test_headline_is_one_line_with_the_trained_policy_and_the_verdict():
         "`drafter-x` (4 prompts, replay): rift-stat 4x retention continue 0.80 → 0.82, repeat 0.50 → 0.56; "
         "full-cache AL -2.0%; goal not met."
     )
+
+
+HEAD_RESULT = {
+    "kind": "selection-head",
+    "base_model": "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    "policy": "rift-stat",
+    "compressions": [4.0],
+    "parameters": 21504,
+    "epochs": 8,
+    "learning_rate": 0.03,
+    "sequences": 2,
+    "prompt_tokens": 48,
+    "answer_tokens": 16,
+    "train_modules": ["pathlib"],
+    "proxy_modules": ["optparse"],
+    "loss_per_epoch": [0.9, 0.8],
+    "recall_before": {"4x": {"repeat": 0.6, "continue": 0.7}},
+    "recall_after": {"4x": {"repeat": 0.65, "continue": 0.7}},
+    "examples_seconds": 600.0,
+    "fit_seconds": 120.0,
+    "eval": {"method": "replay", "input_tokens": 4096, "new_tokens": 512, "per_task": 2, "gamma": 11, "window": 64},
+    "window": 64,
+    "recommended_config": {"policy": "rift-stat", "budget": 0.25, "selection_head": "selection_head.safetensors"},
+    "machine": "cpu",
+    "date": "2026-12-01",
+    "before": _side(5.0, 0.5, 0.8),
+    "after": _side(5.0, 0.56, 0.86),
+}
+
+
+def test_head_card_says_the_drafter_is_untouched_and_reports_recall_and_the_verdict(tmp_path):
+    text = _write(tmp_path, HEAD_RESULT)
+    assert "selection head" in text and "21,504 parameters" in text
+    assert "| rift-stat 4x | repeat | 2.00 | 2.00 | 0.500 (0.40-0.60) | 0.560 (0.40-0.60) |" in text
+    assert "| 4x | repeat | 0.600 | 0.650 |" in text
+    assert "is met: continue +0.060, repeat +0.060." in text
+    assert "Loss per epoch: 0.900, 0.800." in text
+    # The README block reads the card between its Results and Training headings.
+    assert text.index("## Results") < text.index("## Training")
+    short = {**HEAD_RESULT, "after": _side(5.0, 0.52, 0.9)}
+    assert "is **not met**: retention change continue +0.100, repeat +0.020; full-cache AL +0.0%" in _write(
+        tmp_path, short
+    )

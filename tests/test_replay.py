@@ -220,11 +220,14 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     assert {r["method"] for r in records} == {"replay"} and len(records) == 3
     assert len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
     rows = (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines()
-    # A second run replays nothing again (every row is on disk) and gives the same result.
+    # A second run replays nothing again (every row is on disk) and leaves the folder's compare.json as its own run
+    # wrote it (not re-stamped with this run's machine and date).
+    stamped = tmp_path / "out" / "4x" / "compare.json"
+    stamped.write_text(json.dumps({**result, "machine": "the machine that replayed the rows"}))
     main(argv)
     assert (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines() == rows
-    again = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
-    assert again["summary"] == result["summary"]
+    again = json.loads(stamped.read_text())
+    assert again["summary"] == result["summary"] and again["machine"] == "the machine that replayed the rows"
     # Continuing the folder with fewer policies keeps the others (every prompt replayed) in compare.json.
     main([a if a != "snapkv,rift-dyn" else "snapkv" for a in argv])
     fewer = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())

@@ -78,6 +78,76 @@ measurement of this run, not of the method's ceiling. Licence: that of the base 
 """
 
 
+HEAD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ model_name }}
+
+A speculative-decoding **drafter** for `{{ target }}`: the weights of `{{ base_model_name }}`, unchanged, with a
+**selection head** (`selection_head.safetensors`, {{ parameters }} parameters) that rift-hf's `{{ policy }}` policy
+scores the drafter's queries through when it chooses which prompt tokens to keep in the compressed KV cache. The head
+re-weights each rotary frequency pair of each query head by a learnt complex factor (it commutes with the rotary
+embedding); it is read only by the scorer, so the drafter's own attention and its full-cache output are untouched.
+
+## Use
+
+```python
+import rift_hf  # registers cache_implementation="rift"
+from transformers import AutoModelForCausalLM
+
+drafter = AutoModelForCausalLM.from_pretrained("{{ repo_id }}")
+config = rift_hf.RiftConfig.from_pretrained("{{ repo_id }}")  # {{ recommended }}
+out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift", cache_config=config)
+```
+
+`rift_config.json` names the head (a path relative to the folder); plain transformers ignores both files, so the
+drafter loads and drafts like any other model without rift-hf. Greedy output is always the target's own.
+
+## Results
+
+Acceptance length (AL: tokens per target verification, bonus token included) by exact replay (the target's cached
+greedy output; same AL as real assisted generation) on {{ n_eval }} held-out prompts ({{ per_task }} per regime:
+`repeat` copies text from the prompt, `continue` writes new code; ~{{ eval_tokens }} prompt tokens from
+standard-library modules not used in training, {{ new_tokens }} new tokens, γ = {{ gamma }}, drafter fp32), without
+("before") and with ("after") the head. Retention = AL / the drafter's full-cache AL on the same prompt, mean over
+prompts, with the per-prompt range. The full-cache rows are the same rows both ways: the head does not act there.
+
+| drafter cache | regime | AL before | AL after | retention before | retention after |
+|---|---|---|---|---|---|
+{{ table }}
+
+{{ verdict }}
+
+Proxy used to choose the fit (selection recall: the share of the answer's full-cache attention on the prompt
+positions `{{ policy }}`'s prefill selection keeps, {{ proxy_n }} sequences from {{ proxy_modules }}):
+
+| compression | regime | recall without head | recall with head |
+|---|---|---|---|
+{{ proxy_table }}
+
+## Training
+
+- Data: {{ sequences }} `repeat` and `continue` chat prompts ({{ prompt_tokens }} source tokens of Python
+  standard-library modules: {{ train_modules }}; disjoint from the evaluation and proxy modules), each followed by
+  {{ answer_tokens }} tokens of its known answer. One full-cache forward of the drafter per sequence records, per
+  attention layer, the prefill window's queries ({{ window }} tokens), the prompt's keys, and the share of the
+  answer's attention on each evictable prompt position.
+- Fit: per layer and KV head, KL(answer's attention || the window's pooled SnapKV scores through the head) over the
+  evictable positions; Adam, learning rate {{ learning_rate }} with cosine decay, {{ epochs }} epochs of one sequence
+  per step. Loss per epoch: {{ losses }}.
+- Compute: {{ machine }}, {{ examples_minutes }} minutes for the forwards, {{ fit_minutes }} minutes to fit,
+  {{ date }}.
+
+## Intended use and limits
+
+For drafting with a compressed cache inside `transformers` assisted generation with rift-hf, with `{{ policy }}`
+or another policy that scores with its recent queries. The head was fitted on {{ prompt_tokens }}-token prompts and
+evaluated at ~{{ eval_tokens }}; treat its numbers as a measurement of this run. Licence: that of the base model
+({{ license }}).
+"""
+
+
 def _teacher(result: dict) -> str:
     if result.get("teacher_top_k"):  # eval.json files written before the target teacher existed have no key
         return f"the target `{result['teacher']}`, its top-{result['teacher_top_k']} log-probabilities per position"
@@ -145,43 +215,10 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
             "This eval.json has no replay evaluation (written by an older recipe, or with --no-replay): rerun "
             "`rift-hf train` with the same --out to evaluate it by replay."
         )
+    if result.get("kind") == "selection-head":
+        return _head_card(result, model_name, target, license, base_model)
     before, after = result["before"], result["after"]
-    dataset = {
-        "task_type": "text-generation",
-        "task_name": "speculative decoding (drafter)",
-        "dataset_type": "python-stdlib-source",
-        "dataset_name": "held-out standard-library modules (repeat and continue prompts)",
-    }
-    eval_results = [
-        EvalResult(
-            **dataset,
-            metric_type="acceptance_length_retention",
-            metric_name=f"AL retention, {name}",
-            metric_value=round(after[name]["retention"], 4),
-        )
-        for name in after
-        if name != "full"
-    ] + [
-        EvalResult(
-            **dataset,
-            metric_type="acceptance_length",
-            metric_name="AL, full cache",
-            metric_value=round(after["full"]["al"], 4),
-        )
-    ]
-    data = ModelCardData(
-        model_name=model_name,
-        base_model=base_model,
-        **(
-            {"license": "apache-2.0"}
-            if license.lower().startswith("apache-2.0")
-            else {"license": "other", "license_name": license.split(" (")[0].lower().replace(" ", "-")}
-        ),
-        library_name="transformers",
-        pipeline_tag="text-generation",
-        tags=["speculative-decoding", "drafter", "kv-cache-compression", "rift-hf"],
-        eval_results=eval_results,
-    )
+    data = _card_data(result, model_name, license, base_model)
     proxy_before, proxy_after = result["proxy_before"], result["proxy_after"]
     proxy_table = "\n".join(
         f"| {name} | {proxy_before[name]['agreement']:.3f} | {proxy_after[name]['agreement']:.3f} | "
@@ -228,6 +265,91 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         total_minutes=f"{result['total_seconds'] / 60:.1f}",
         date=result["date"],
         license=license,
+    )
+
+
+def _head_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
+    before, after = result["before"], result["after"]
+    proxy_table = "\n".join(
+        f"| {c} | {task} | {value:.3f} | {result['recall_after'][c][task]:.3f} |"
+        for c, by_task in result["recall_before"].items()
+        for task, value in by_task.items()
+    )
+    evaluation = result["eval"]
+    return ModelCard.from_template(
+        _card_data(result, model_name, license, base_model),
+        template_str=HEAD_TEMPLATE,
+        model_name=model_name,
+        target=target,
+        base_model_name=base_model,
+        parameters=f"{result['parameters']:,}",
+        policy=result["policy"],
+        recommended=result["recommended_config"],
+        repo_id=model_name,
+        n_eval=after["full"]["prompts"],
+        per_task=evaluation["per_task"],
+        eval_tokens=evaluation["input_tokens"],
+        new_tokens=evaluation["new_tokens"],
+        gamma=evaluation["gamma"],
+        table="\n".join(_rows(before, after)),
+        verdict=_verdict(result),
+        proxy_n=len(result["proxy_modules"]) * 2,
+        proxy_modules=", ".join(result["proxy_modules"]),
+        proxy_table=proxy_table,
+        sequences=result["sequences"],
+        prompt_tokens=result["prompt_tokens"],
+        answer_tokens=result["answer_tokens"],
+        train_modules=", ".join(result["train_modules"]),
+        window=result["window"],
+        learning_rate=result["learning_rate"],
+        epochs=result["epochs"],
+        losses=", ".join(f"{value:.3f}" for value in result["loss_per_epoch"]),
+        machine=result["machine"],
+        examples_minutes=f"{result['examples_seconds'] / 60:.1f}",
+        fit_minutes=f"{result['fit_seconds'] / 60:.1f}",
+        date=result["date"],
+        license=license,
+    )
+
+
+def _card_data(result: dict, model_name: str, license: str, base_model: str) -> ModelCardData:
+    """The card's metadata: licence, tags and the after-evaluation's retention per label as eval results."""
+    after = result["after"]
+    dataset = {
+        "task_type": "text-generation",
+        "task_name": "speculative decoding (drafter)",
+        "dataset_type": "python-stdlib-source",
+        "dataset_name": "held-out standard-library modules (repeat and continue prompts)",
+    }
+    eval_results = [
+        EvalResult(
+            **dataset,
+            metric_type="acceptance_length_retention",
+            metric_name=f"AL retention, {name}",
+            metric_value=round(after[name]["retention"], 4),
+        )
+        for name in after
+        if name != "full"
+    ] + [
+        EvalResult(
+            **dataset,
+            metric_type="acceptance_length",
+            metric_name="AL, full cache",
+            metric_value=round(after["full"]["al"], 4),
+        )
+    ]
+    return ModelCardData(
+        model_name=model_name,
+        base_model=base_model,
+        **(
+            {"license": "apache-2.0"}
+            if license.lower().startswith("apache-2.0")
+            else {"license": "other", "license_name": license.split(" (")[0].lower().replace(" ", "-")}
+        ),
+        library_name="transformers",
+        pipeline_tag="text-generation",
+        tags=["speculative-decoding", "drafter", "kv-cache-compression", "rift-hf"],
+        eval_results=eval_results,
     )
 
 
