@@ -359,13 +359,13 @@ class RiftConfig:
             )
         data = json.loads(path.read_text())
         head = data.get("selection_head")
-        if isinstance(head, str) and head and not Path(head).is_absolute():
-            local = Path(folder) / head
-            if not local.exists() and not Path(folder).is_dir():
+        if isinstance(head, str) and head and not Path(head).is_absolute():  # saved relative to the folder
+            if Path(folder).is_dir():
+                data["selection_head"] = str(Path(folder) / head)
+            else:
                 from huggingface_hub import hf_hub_download
 
-                local = Path(hf_hub_download(str(folder), head))
-            data["selection_head"] = str(local)
+                data["selection_head"] = hf_hub_download(str(folder), head)
         return cls.from_dict(data)
 
     @classmethod

@@ -9,12 +9,14 @@ the checks with `dry_run=True`, which is what runs offline).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 from .config import CONFIG_NAME
+from .policies.selection_head import HEAD_NAME
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -27,7 +29,7 @@ def check_folder(folder: str | Path) -> list[str]:
     missing = []
     if not (folder / "config.json").is_file():
         missing.append("config.json (save the model with save_pretrained)")
-    if not any(folder.glob("*.safetensors")):
+    if not any(path.name != HEAD_NAME for path in folder.glob("*.safetensors")):
         missing.append("*.safetensors weights (save_pretrained writes them)")
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         missing.append("a tokenizer (tokenizer.save_pretrained(folder))")
@@ -35,6 +37,12 @@ def check_folder(folder: str | Path) -> list[str]:
         missing.append("README.md, the model card (rift-hf card writes one for a trained drafter)")
     if not (folder / CONFIG_NAME).is_file():
         missing.append(f"{CONFIG_NAME}, the recommended RiftConfig (RiftConfig(...).save_pretrained(folder))")
+    else:
+        head = json.loads((folder / CONFIG_NAME).read_text()).get("selection_head")
+        if head and (Path(head).is_absolute() or not (folder / head).is_file()):
+            missing.append(
+                f"{head}, the selection head {CONFIG_NAME} names (a file inside the folder, named relative to it)"
+            )
     return missing
 
 

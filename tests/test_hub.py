@@ -46,3 +46,19 @@ def test_an_incomplete_folder_is_refused_naming_what_is_missing(tmp_path, capsys
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "README.md" in err and "rift_config.json" in err and "Traceback" not in err
+
+
+def test_a_folder_with_a_selection_head_must_hold_the_file_its_config_names(tmp_path):
+    from rift_hf import RiftConfig, SelectionHead
+
+    folder = _folder(tmp_path)
+    RiftConfig(policy="rift-stat", selection_head="selection_head.safetensors").save_pretrained(folder)
+    assert any("selection head" in item for item in check_folder(folder))
+    _, draft = draft_target_pair("llama")
+    SelectionHead.for_model(draft.config).save(folder)
+    assert check_folder(folder) == []
+    assert RiftConfig.from_pretrained(folder).selection_head == str(folder / "selection_head.safetensors")
+    # The head file is not the model's weights.
+    for weights in folder.glob("model*.safetensors"):
+        weights.unlink()
+    assert any("weights" in item for item in check_folder(folder))
