@@ -840,6 +840,17 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         write_into_readme(headline(result, name) + "\n", readme, "training-headline")
 
 
+def _compressions(parser, text: str) -> list[float]:
+    """`--compressions 4,8` -> `[4.0, 8.0]`, each > 1, or a usage error."""
+    try:
+        compressions = [float(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        parser.error(f"--compressions takes numbers such as 4,8; got {text!r}")
+    if not compressions or any(c <= 1 for c in compressions):
+        parser.error("--compressions must be > 1 (4 keeps a quarter of the prompt)")
+    return compressions
+
+
 def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int) -> None:
     """The arguments `compare` and `replay` share: models, policies, prompts and the drafting protocol."""
     parser.add_argument("--preset", default="qwen-coder", choices=PRESET_NAMES, help="model preset (target, drafter)")
@@ -1094,10 +1105,7 @@ def main(argv=None) -> None:
     if args.command == "train":
         from .training.recipe import run
 
-        try:
-            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
-        except ValueError:
-            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
+        compressions = _compressions(parser, args.compressions)
         if args.policy not in rift_hf.POLICIES or args.policy == "full":
             compressing = ", ".join(p for p in rift_hf.POLICIES if p != "full")
             parser.error(f"--policy must be a compressing policy: {compressing}")
@@ -1131,10 +1139,7 @@ def main(argv=None) -> None:
     if args.command == "train-head":
         from .training.head import run_head
 
-        try:
-            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
-        except ValueError:
-            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
+        compressions = _compressions(parser, args.compressions)
         try:
             result = run_head(
                 args.preset,
@@ -1164,12 +1169,7 @@ def main(argv=None) -> None:
         from .replay import replay_compare
 
         policies = _policy_labels(parser, args.policies)
-        try:
-            compressions = [float(c) for c in args.compressions.split(",") if c.strip()]
-        except ValueError:
-            parser.error(f"--compressions takes numbers such as 4,8; got {args.compressions!r}")
-        if not compressions or any(c <= 1 for c in compressions):
-            parser.error("--compressions must be > 1 (4 keeps a quarter of the prompt)")
+        compressions = _compressions(parser, args.compressions)
         name = f"replay-{args.input_tokens}in-{args.new_tokens}tok-{args.per_task}per-task"
         out = args.out or Path("benchmarks/results") / args.experiment / args.preset / name
         models = None

@@ -225,65 +225,53 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
         f"{proxy_before[name]['retention']:.3f} | {proxy_after[name]['retention']:.3f} |"
         for name in proxy_after
     )
-    evaluation = result["eval"]
     compressions = sorted(result["compressions"])
     return ModelCard.from_template(
         data,
         template_str=TEMPLATE,
-        model_name=model_name,
-        target=target,
-        base_model_name=base_model,
-        recommended=result["recommended_config"],
-        repo_id=model_name,
-        n_eval=after["full"]["prompts"],
-        per_task=evaluation["per_task"],
-        eval_tokens=evaluation["input_tokens"],
-        new_tokens=evaluation["new_tokens"],
-        gamma=evaluation["gamma"],
-        table="\n".join(_rows(before, after)),
+        **_shared(result, model_name, target, license, base_model),
         full_change=f"{after['full']['al'] / before['full']['al'] - 1:+.1%}",
-        verdict=_verdict(result),
-        proxy_n=len(result["proxy_modules"]) * 2,
-        proxy_modules=", ".join(result["proxy_modules"]),
         proxy_table=proxy_table,
-        prompt_tokens=result["prompt_tokens"],
-        answer_tokens=result["answer_tokens"],
         budgets=f"1/{compressions[-1]:g}-1/{compressions[0]:g}",
-        policy=result["policy"],
         unmasked=f"{result['unmasked_rate']:.0%}",
         alignment=_alignment(result),
         teacher=_teacher(result),
         trainable=f"{result['trainable_parameters']:,}",
-        learning_rate=result["learning_rate"],
         steps=result["steps"],
         seq_tokens=result["seq_tokens"],
         tokens_seen=f"{result['tokens_seen']:,}",
-        sequences=result["sequences"],
-        train_modules=", ".join(result["train_modules"]),
-        machine=result["machine"],
         train_minutes=f"{result['train_seconds'] / 60:.1f}",
         total_minutes=f"{result['total_seconds'] / 60:.1f}",
-        date=result["date"],
-        license=license,
     )
 
 
 def _head_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
-    before, after = result["before"], result["after"]
     proxy_table = "\n".join(
         f"| {c} | {task} | {value:.3f} | {result['recall_after'][c][task]:.3f} |"
         for c, by_task in result["recall_before"].items()
         for task, value in by_task.items()
     )
-    evaluation = result["eval"]
     return ModelCard.from_template(
         _card_data(result, model_name, license, base_model),
         template_str=HEAD_TEMPLATE,
+        **_shared(result, model_name, target, license, base_model),
+        parameters=f"{result['parameters']:,}",
+        proxy_table=proxy_table,
+        window=result["window"],
+        epochs=result["epochs"],
+        losses=", ".join(f"{value:.3f}" for value in result["loss_per_epoch"]),
+        examples_minutes=f"{result['examples_seconds'] / 60:.1f}",
+        fit_minutes=f"{result['fit_seconds'] / 60:.1f}",
+    )
+
+
+def _shared(result: dict, model_name: str, target: str, license: str, base_model: str) -> dict:
+    """The template fields both cards fill the same way: names, the evaluation's setting, results and verdict."""
+    before, after, evaluation = result["before"], result["after"], result["eval"]
+    return dict(
         model_name=model_name,
         target=target,
         base_model_name=base_model,
-        parameters=f"{result['parameters']:,}",
-        policy=result["policy"],
         recommended=result["recommended_config"],
         repo_id=model_name,
         n_eval=after["full"]["prompts"],
@@ -295,18 +283,13 @@ def _head_card(result: dict, model_name: str, target: str, license: str, base_mo
         verdict=_verdict(result),
         proxy_n=len(result["proxy_modules"]) * 2,
         proxy_modules=", ".join(result["proxy_modules"]),
-        proxy_table=proxy_table,
-        sequences=result["sequences"],
+        policy=result["policy"],
         prompt_tokens=result["prompt_tokens"],
         answer_tokens=result["answer_tokens"],
+        sequences=result["sequences"],
         train_modules=", ".join(result["train_modules"]),
-        window=result["window"],
         learning_rate=result["learning_rate"],
-        epochs=result["epochs"],
-        losses=", ".join(f"{value:.3f}" for value in result["loss_per_epoch"]),
         machine=result["machine"],
-        examples_minutes=f"{result['examples_seconds'] / 60:.1f}",
-        fit_minutes=f"{result['fit_seconds'] / 60:.1f}",
         date=result["date"],
         license=license,
     )
