@@ -136,7 +136,8 @@ def test_head_card_says_the_drafter_is_untouched_and_reports_recall_and_the_verd
     assert "| rift-stat 4x | repeat | 2.00 | 2.00 | 0.500 (0.40-0.60) | 0.560 (0.40-0.60) |" in text
     assert "| 4x | repeat | 0.600 | 0.650 |" in text
     assert "is met: continue +0.060, repeat +0.060." in text
-    assert "Loss per epoch: 0.900, 0.800." in text
+    assert "Loss per epoch: 0.900, 0.800." in text and "10.0 minutes for the forwards" in text
+    assert "not recorded" in _write(tmp_path, {**HEAD_RESULT, "examples_seconds": None})
     # The README block reads the card between its Results and Training headings.
     assert text.index("## Results") < text.index("## Training")
     short = {**HEAD_RESULT, "after": _side(5.0, 0.52, 0.9)}

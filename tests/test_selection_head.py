@@ -7,6 +7,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 import rift_hf
 from rift_hf import RiftCache, RiftConfig, SelectionHead
 from rift_hf.training import head_examples, head_recall, train_selection_head
+from rift_hf.training.head import forward_seconds
 from rift_hf.training.selection import selection_recall
 from tiny import draft_target_pair, make_prompt, tiny_model
 
@@ -116,6 +117,7 @@ def test_fitting_raises_recall_towards_where_the_answer_reads(tmp_path):
     # Cached: the same items read back from disk without a forward.
     again = head_examples(model, items, window=4, n_sink=1, path=tmp_path / "examples.safetensors")
     assert torch.equal(again[3]["future"], examples[3]["future"])
+    assert forward_seconds(tmp_path / "examples.safetensors") > 0
     # With no head, recall is the plain SnapKV selection recall the training proxy reports.
     with torch.no_grad(), captured_attention() as captured:
         model(items[0]["input_ids"][None])

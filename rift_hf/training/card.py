@@ -136,7 +136,7 @@ positions `{{ policy }}`'s prefill selection keeps, {{ proxy_n }} sequences from
 - Fit: per layer and KV head, KL(answer's attention || the window's pooled SnapKV scores through the head) over the
   evictable positions; Adam, learning rate {{ learning_rate }} with cosine decay, {{ epochs }} epochs of one sequence
   per step. Loss per epoch: {{ losses }}.
-- Compute: {{ machine }}, {{ examples_minutes }} minutes for the forwards, {{ fit_minutes }} minutes to fit,
+- Compute: {{ machine }}, {{ forwards }}, {{ fit_minutes }} minutes to fit,
   {{ date }}.
 
 ## Intended use and limits
@@ -260,7 +260,11 @@ def _head_card(result: dict, model_name: str, target: str, license: str, base_mo
         window=result["window"],
         epochs=result["epochs"],
         losses=", ".join(f"{value:.3f}" for value in result["loss_per_epoch"]),
-        examples_minutes=f"{result['examples_seconds'] / 60:.1f}",
+        forwards=(
+            "the forwards' time not recorded (cached by an earlier run)"
+            if result.get("examples_seconds") is None
+            else f"{result['examples_seconds'] / 60:.1f} minutes for the forwards"
+        ),
         fit_minutes=f"{result['fit_seconds'] / 60:.1f}",
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import time
 from pathlib import Path
 
 import torch
@@ -54,6 +55,7 @@ def head_examples(model, items: list[dict], window: int, n_sink: int, path: Path
     was_training = model.training
     model.eval()
     out = []
+    tick = time.perf_counter()
     for item in tqdm(items, desc="selection-head examples"):
         ids, boundary = item["input_ids"][None].to(model.device), int(item["boundary"])
         if not n_sink < boundary - window:
@@ -81,8 +83,16 @@ def head_examples(model, items: list[dict], window: int, n_sink: int, path: Path
         tensors = {f"{name}.{i}": e[name].contiguous() for i, e in enumerate(out) for name in names}
         layers = ",".join(map(str, out[0]["layers"]))
         meta = {"fingerprint": fingerprint, "layers": layers, "scale": str(out[0]["scale"])}
+        meta["seconds"] = str(time.perf_counter() - tick)  # what the forwards cost, read back by `forward_seconds`
         save_file(tensors, str(path), metadata=meta)
     return out
+
+
+def forward_seconds(path: Path) -> float | None:
+    """The seconds `head_examples` spent on the forwards it cached in `path` (None where it did not record them)."""
+    with safe_open(str(path), framework="pt") as f:
+        seconds = (f.metadata() or {}).get("seconds")
+    return None if seconds is None else float(seconds)
 
 
 def _scores(head: SelectionHead | None, example: dict, row: int, pool: str, kernel: int) -> torch.Tensor:
@@ -196,7 +206,6 @@ def run_head(
     import json
     import platform
     import statistics
-    import time
 
     from transformers import AutoTokenizer
 
@@ -221,13 +230,11 @@ def run_head(
     use_rift_attention(draft, RiftConfig(policy=policy, window=window))
     train_items = training_sequences(tokenizer, TRAIN_MODULES, prompt_tokens, answer_tokens)
     proxy_items = training_sequences(tokenizer, PROXY_MODULES, prompt_tokens, answer_tokens)
-    examples = head_examples(
-        draft, train_items, window, shape.n_sink, out / f"head-examples-{prompt_tokens}.safetensors"
-    )
-    proxy_examples = head_examples(
-        draft, proxy_items, window, shape.n_sink, out / f"head-proxy-{prompt_tokens}.safetensors"
-    )
-    examples_seconds = time.perf_counter() - tick
+    cached = [out / f"head-examples-{prompt_tokens}.safetensors", out / f"head-proxy-{prompt_tokens}.safetensors"]
+    examples = head_examples(draft, train_items, window, shape.n_sink, cached[0])
+    proxy_examples = head_examples(draft, proxy_items, window, shape.n_sink, cached[1])
+    seconds = [forward_seconds(path) for path in cached]  # the forwards may have run in an earlier invocation
+    examples_seconds = None if None in seconds else sum(seconds)
 
     def recall(head) -> dict:
         return {
@@ -297,7 +304,7 @@ def run_head(
         "loss_per_epoch": per_epoch,
         "recall_before": recall_before,
         "recall_after": recall_after,
-        "examples_seconds": examples_seconds,
+        "examples_seconds": examples_seconds,  # None: cached by a run that did not record the time
         "fit_seconds": fit_seconds,
         "total_seconds": time.perf_counter() - tick,
         "eval": {
