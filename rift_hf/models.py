@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,11 +164,34 @@ def ensure_local(spec: ModelSpec) -> Path:
 def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
     from transformers import AutoModelForCausalLM
 
+    if "device_map" not in kwargs:
+        warn_if_slow_dtype(dtype, default_device())
     model = AutoModelForCausalLM.from_pretrained(ensure_local(spec), dtype=dtype, **kwargs)
     if "device_map" not in kwargs:  # accelerate places the model itself when given a device map
         model.to(default_device())
     model.eval()
     return model
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (oneDNN's check: AVX512-BF16 or AMX); True where torch cannot
+    tell."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def warn_if_slow_dtype(dtype: torch.dtype, device: str) -> None:
+    """Warn before a bfloat16 model goes onto a CPU without native bfloat16, where its matrix products take a slow
+    emulated path."""
+    if dtype == torch.bfloat16 and torch.device(device).type == "cpu" and not native_bf16():
+        warnings.warn(
+            f"This CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bfloat16: a bf16 model runs many "
+            "times slower than in float32 here. Pass --dtype float32 (rift-hf compare, demo) or dtype=torch.float32 "
+            "for usable speed; keep bf16 only to reproduce bf16 numbers.",
+            stacklevel=3,
+        )
 
 
 def fix_draft_length(*models, gamma: int) -> None:

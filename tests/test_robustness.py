@@ -279,3 +279,20 @@ def test_random_cases_stay_lossless_and_bounded(monkeypatch):
     for _, draft in models.values():
         pin_drafting(draft, 4)
         draft.generation_config.num_assistant_tokens_schedule = "constant"
+
+
+def test_a_bf16_model_on_a_cpu_without_native_bf16_is_warned_about(monkeypatch):
+    import warnings
+
+    from rift_hf import models
+
+    monkeypatch.setattr(models, "native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="--dtype float32"):
+        models.warn_if_slow_dtype(torch.bfloat16, "cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        models.warn_if_slow_dtype(torch.float32, "cpu")  # fp32, or a device with its own bf16 units: nothing to say
+        models.warn_if_slow_dtype(torch.bfloat16, "cuda")
+        monkeypatch.setattr(models, "native_bf16", lambda: True)
+        models.warn_if_slow_dtype(torch.bfloat16, "cpu")
+    assert isinstance(models.native_bf16(), bool)
