@@ -10,7 +10,6 @@ the answer's attention by KL(future || scores), the alignment loss of `selection
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
 import time
@@ -23,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..kernels import pool_scores
 from ..policies.selection_head import SelectionHead
-from .selection import _future_mass, captured_attention, window_scores
+from .selection import _future_mass, cache_fingerprint, captured_attention, window_scores
 
 
 @torch.no_grad()
@@ -34,10 +33,7 @@ def head_examples(model, items: list[dict], window: int, n_sink: int, path: Path
     forward per sequence with the "rift" attention backend; with `path`, stored there and reused for the same model,
     sequences and ranges.
     """
-    digest = hashlib.sha256(f"head:{window}:{n_sink}:{getattr(model.config, '_name_or_path', '')}".encode())
-    for item in items:
-        digest.update(item["input_ids"].cpu().numpy().tobytes() + str(item["boundary"]).encode())
-    fingerprint = digest.hexdigest()
+    fingerprint = cache_fingerprint("head:", model, items, window, n_sink)
     if path is not None and Path(path).exists():
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -213,21 +209,17 @@ def run_head(
     from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
     from ..replay import replay_compare
-    from .recipe import PROXY_MODULES, TASKS, TRAIN_MODULES, replay_summary, training_sequences
+    from .recipe import PROXY_MODULES, TASKS, TRAIN_MODULES, checked_run, replay_summary, training_sequences
 
     tick = time.perf_counter()
-    if preset not in PRESETS:
-        raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
-    compressions = sorted(float(c) for c in compressions)
-    if not compressions or compressions[0] <= 1:
-        raise ValueError(f"`compressions` must be numbers > 1 (4 keeps a quarter), got {compressions}.")
+    compressions = checked_run(preset, compressions)
     shape = RiftConfig(policy=policy, window=window, selection_head="selection_head.safetensors")  # validates policy
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     target_spec, draft_spec = PRESETS[preset]
     tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
     draft = load_model(draft_spec, torch.float32)
-    use_rift_attention(draft, RiftConfig(policy=policy, window=window))
+    use_rift_attention(draft, shape)
     train_items = training_sequences(tokenizer, TRAIN_MODULES, prompt_tokens, answer_tokens)
     proxy_items = training_sequences(tokenizer, PROXY_MODULES, prompt_tokens, answer_tokens)
     cached = [out / f"head-examples-{prompt_tokens}.safetensors", out / f"head-proxy-{prompt_tokens}.safetensors"]

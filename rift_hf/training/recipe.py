@@ -166,6 +166,18 @@ def replay_summary(run_dir: Path, policies, compressions) -> dict:
     return out
 
 
+def checked_run(preset: str, compressions) -> list[float]:
+    """A real preset's name and the evaluated compressions, sorted; a ValueError naming the fix otherwise."""
+    from ..models import PRESETS
+
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    compressions = sorted(float(c) for c in compressions)
+    if not compressions or compressions[0] <= 1:
+        raise ValueError(f"`compressions` must be numbers > 1 (4 keeps a quarter), got {compressions}.")
+    return compressions
+
+
 class _Sequences(torch.utils.data.Dataset):
     def __init__(self, items, teacher_top_k=None, future=None):
         self.items = items
@@ -222,13 +234,9 @@ def run(
     from .selection import alignment_loss, captured_attention, future_attention, selection_recall
 
     tick = time.perf_counter()
-    if preset not in PRESETS:
-        raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
+    compressions = checked_run(preset, compressions)
     if teacher not in ("self", "target"):
         raise ValueError(f"`teacher` must be 'self' (the drafter's full-context logits) or 'target', got {teacher!r}.")
-    compressions = sorted(float(c) for c in compressions)
-    if not compressions or compressions[0] <= 1:
-        raise ValueError(f"`compressions` must be numbers > 1 (4 keeps a quarter), got {compressions}.")
     if not RiftConfig(policy=policy).policy_object.compresses:  # an unknown policy fails here too, before any work
         raise ValueError(f"`policy` must be a compressing policy to train for, got {policy!r}.")
     out = Path(out)

@@ -55,6 +55,14 @@ def window_scores(query: torch.Tensor, key: torch.Tensor, scale: float) -> torch
     return probs.sum(dim=3).mean(dim=2)
 
 
+def cache_fingerprint(kind: str, model, items: list[dict], window: int, n_sink: int) -> str:
+    """What a cache of per-sequence forwards is keyed by: its kind, the ranges, the model's name and the sequences."""
+    digest = hashlib.sha256(f"{kind}{window}:{n_sink}:{getattr(model.config, '_name_or_path', '')}".encode())
+    for item in items:
+        digest.update(item["input_ids"].cpu().numpy().tobytes() + str(item["boundary"]).encode())
+    return digest.hexdigest()
+
+
 @torch.no_grad()
 def future_attention(
     model, items: list[dict], window: int, n_sink: int, path: Path | None = None
@@ -65,10 +73,7 @@ def future_attention(
     query heads, normalised to 1 per layer and KV head (0 elsewhere). Full cache, the model as it is now; needs the
     "rift" attention backend. With `path`, stored there and reused for the same model, sequences and ranges.
     """
-    digest = hashlib.sha256(f"{window}:{n_sink}:{getattr(model.config, '_name_or_path', '')}".encode())
-    for item in items:
-        digest.update(item["input_ids"].cpu().numpy().tobytes() + str(item["boundary"]).encode())
-    fingerprint = digest.hexdigest()
+    fingerprint = cache_fingerprint("", model, items, window, n_sink)
     if path is not None and Path(path).exists():
         with safe_open(str(path), framework="pt") as f:
             if (f.metadata() or {}).get("fingerprint") == fingerprint:
