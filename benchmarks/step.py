@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 from rift_hf import cli
+from rift_hf.models import resolve_dtype
 from rift_hf.replay import load_prefill, record_prompt_forward
 from rift_hf.tables import pipe_table
 
@@ -465,6 +466,12 @@ def main(argv=None) -> None:
         help="restrict torch's SDPA to these backends (comma-separated: flash, efficient, cudnn, math), e.g. to see "
         "what a backend that plans per shape costs a cache whose length changes every step",
     )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float32"],
+        help="drafter and target dtype; auto: bfloat16 on a GPU or a CPU with native bf16, else float32",
+    )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
     parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
@@ -486,11 +493,16 @@ def main(argv=None) -> None:
         args.baseline_context, args.gamma, args.target_inputs, args.target_steps = 64, 3, [96], 2
     parts = set(args.parts.split(","))
     device = torch.device("cuda" if torch.cuda.is_available() and not args.dry_run else "cpu")
-    dtype = torch.float32 if args.dry_run else torch.bfloat16
+    dtype = torch.float32 if args.dry_run else resolve_dtype(args.dtype, device.type)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     tag = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
     path = args.out or Path("benchmarks/results") / f"step-{'dry-run' if args.dry_run else tag}.json"
     result = json.loads(path.read_text()) if path.exists() else {"records": []}
+    if result["records"] and result.get("dtype") != str(dtype).split(".")[-1]:
+        raise SystemExit(
+            f"{path} holds {result.get('dtype')} records and this run is {str(dtype).split('.')[-1]}: pass --dtype "
+            f"{result.get('dtype')} to add to it, or --out a new file."
+        )
     done = {key(r) for r in result["records"]}
     if args.sdpa_backends:
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -56,7 +56,7 @@ def compare(
     window: int,
     delta: int,
     out_dir: Path,
-    dtype: str = "bfloat16",
+    dtype: str = "bfloat16",  # or "auto" (`rift_hf.models.resolve_dtype`; the CLI's default)
     *,
     experiment: str = "main",
     extra: dict | None = None,
@@ -82,11 +82,11 @@ def compare(
     continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
     `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
     """
-    from .models import fix_draft_length, load_preset
+    from .models import fix_draft_length, load_preset, resolve_dtype
     from .prompts import describe_sources, prompt_set
 
-    torch_dtype = getattr(torch, dtype)
-    target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=torch_dtype)
+    target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
+    dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
     fix_draft_length(target, draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     settings = {
@@ -934,7 +934,13 @@ def main(argv=None) -> None:
     cmp = sub.add_parser("compare", help="policies side by side on a real model preset")
     _add_run_arguments(cmp, input_tokens=1024, new_tokens=64, per_task=1)
     cmp.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
-    cmp.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="dtype of both models")
+    cmp.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "bfloat16", "float32"],
+        help="dtype of both models; auto: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32 "
+        "(the records name the one used)",
+    )
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     cmp.add_argument(
         "--targets",

@@ -161,8 +161,11 @@ def ensure_local(spec: ModelSpec) -> Path:
     return folder
 
 
-def load_model(spec: ModelSpec, dtype: torch.dtype = torch.bfloat16, **kwargs):
+def load_model(spec: ModelSpec, dtype: str | torch.dtype = "auto", **kwargs):
+    """One preset model, on `default_device()` unless `device_map` is given; `dtype` as `resolve_dtype` takes it."""
     from transformers import AutoModelForCausalLM
+
+    dtype = resolve_dtype(dtype)
 
     if "device_map" not in kwargs:
         warn_if_slow_dtype(dtype, default_device())
@@ -182,14 +185,38 @@ def native_bf16() -> bool:
         return True
 
 
+DTYPES = ("auto", "bfloat16", "float32")
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str | None = None) -> torch.dtype:
+    """
+    `"auto"` -> the dtype real models should run in on `device` (default: `default_device()`): bfloat16 on a GPU
+    that supports it and on a CPU that computes it natively, float32 elsewhere (an AVX2-only CPU runs bf16 matrix
+    products many times slower than fp32, at twice fp32's memory saving). A `torch.dtype` or its name passes through.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        kind = torch.device(device or default_device()).type
+        if kind == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if kind == "cpu":
+            return torch.bfloat16 if native_bf16() else torch.float32
+        return torch.bfloat16
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} (or a torch.dtype), got {dtype!r}.")
+    return getattr(torch, dtype)
+
+
 def warn_if_slow_dtype(dtype: torch.dtype, device: str) -> None:
     """Warn before a bfloat16 model goes onto a CPU without native bfloat16, where its matrix products take a slow
     emulated path."""
     if dtype == torch.bfloat16 and torch.device(device).type == "cpu" and not native_bf16():
         warnings.warn(
             f"This CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bfloat16: a bf16 model runs many "
-            "times slower than in float32 here. Pass --dtype float32 (rift-hf compare, demo) or dtype=torch.float32 "
-            "for usable speed; keep bf16 only to reproduce bf16 numbers.",
+            "times slower than in float32 here. Pass --dtype auto or float32 (rift-hf compare; the demo and "
+            "load_preset pick auto by default) or dtype=torch.float32 for usable speed; keep bf16 only to reproduce "
+            "bf16 numbers.",
             stacklevel=3,
         )
 
@@ -254,8 +281,9 @@ def tiny_random_pair(dtype: torch.dtype = torch.float32):
     return target, draft, ByteTokenizer()
 
 
-def load_preset(name: str, dtype: torch.dtype = torch.bfloat16, **target_kwargs):
-    """`(target, drafter, tokenizer)` of a preset; `target_kwargs` go to the target (e.g. `device_map="auto"`)."""
+def load_preset(name: str, dtype: str | torch.dtype = "auto", **target_kwargs):
+    """`(target, drafter, tokenizer)` of a preset in `dtype` (`"auto"`: see `resolve_dtype`); `target_kwargs` go to
+    the target (e.g. `device_map="auto"`)."""
     from transformers import AutoTokenizer
 
     if name == "tiny-random":
@@ -263,6 +291,7 @@ def load_preset(name: str, dtype: torch.dtype = torch.bfloat16, **target_kwargs)
     if name not in PRESETS:
         raise ValueError(f"Unknown model preset {name!r}; choose one of tiny-random, {', '.join(PRESETS)}.")
     target_spec, draft_spec = PRESETS[name]
+    dtype = resolve_dtype(dtype)
     target = load_model(target_spec, dtype, **target_kwargs)
     draft = target if draft_spec is target_spec and not target_kwargs else load_model(draft_spec, dtype)
     tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))

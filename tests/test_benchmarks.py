@@ -110,6 +110,10 @@ def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tm
     assert any(r["rescorings"] for r in records if r["policy"] == "rift-dyn" and r["mode"] == "plain")
     step.main(["--dry-run", "--out", str(out)])  # resumes: nothing left to measure
     assert len(json.loads(out.read_text())["records"]) == len(records)
+    other = tmp_path / "bf16.json"
+    other.write_text(json.dumps({**json.loads(out.read_text()), "dtype": "bfloat16"}))
+    with pytest.raises(SystemExit, match="holds bfloat16 records and this run is float32"):
+        step.main(["--dry-run", "--out", str(other)])  # records of another dtype are not mixed in
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- step-cpu:start -->\n<!-- step-cpu:end -->\nb\n")
     step.main(["--table", str(out), "--readme", str(readme)])

@@ -287,7 +287,7 @@ def test_a_bf16_model_on_a_cpu_without_native_bf16_is_warned_about(monkeypatch):
     from rift_hf import models
 
     monkeypatch.setattr(models, "native_bf16", lambda: False)
-    with pytest.warns(UserWarning, match="--dtype float32"):
+    with pytest.warns(UserWarning, match="--dtype auto or float32"):
         models.warn_if_slow_dtype(torch.bfloat16, "cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -296,3 +296,35 @@ def test_a_bf16_model_on_a_cpu_without_native_bf16_is_warned_about(monkeypatch):
         monkeypatch.setattr(models, "native_bf16", lambda: True)
         models.warn_if_slow_dtype(torch.bfloat16, "cpu")
     assert isinstance(models.native_bf16(), bool)
+
+
+def test_auto_dtype_is_bf16_only_where_it_is_computed_natively(monkeypatch):
+    from rift_hf import models
+
+    monkeypatch.setattr(models, "native_bf16", lambda: False)
+    assert models.resolve_dtype("auto", "cpu") is torch.float32
+    monkeypatch.setattr(models, "native_bf16", lambda: True)
+    assert models.resolve_dtype("auto", "cpu") is torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert models.resolve_dtype("auto", "cuda") is torch.float16
+    assert models.resolve_dtype("float32") is torch.float32
+    assert models.resolve_dtype(torch.float16) is torch.float16
+    with pytest.raises(ValueError, match="auto, bfloat16, float32"):
+        models.resolve_dtype("fp8")
+
+
+def test_compare_defaults_to_auto_and_records_the_dtype_the_models_ran_in(tmp_path, capsys):
+    import json
+
+    from rift_hf import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "--help"])
+    assert "auto: bfloat16 on a GPU" in capsys.readouterr().out
+    out = tmp_path / "cmp"
+    cli.main(
+        ["compare", "--preset", "tiny-random", "--policies", "full", "--input-tokens", "64", "--new-tokens", "4",
+         "--per-task", "1", "--tasks", "repeat", "--window", "8", "--out", str(out)]
+    )  # fmt: skip
+    # the tiny models are fp32 whatever auto would pick for real ones
+    assert json.loads((out / "compare.json").read_text())["dtype"] == "float32"
