@@ -45,6 +45,33 @@ def test_window_attention_scores(h_kv, group, window, length, dim, sinks, dtype)
     _check(got, torch_out, exact)
 
 
+def _dense_window_scores(query, key, scale, sink):
+    """The definition of the window scores, written out densely: softmax over every key (with the sink logit in the
+    denominator), causal inside the window, summed over the window and averaged over each KV head's query heads."""
+    batch, h_q, window, _ = query.shape
+    h_kv, length = key.shape[1], key.shape[2]
+    logits = query.double() @ key.double().repeat_interleave(h_q // h_kv, 1).transpose(-1, -2) * scale
+    position = torch.arange(length)
+    logits = logits.masked_fill(position[None, :] > position[length - window :, None], float("-inf"))
+    if sink is not None:
+        logits = torch.cat([logits, sink.double().view(1, h_q, 1, 1).expand(batch, h_q, window, 1)], dim=-1)
+    probs = torch.softmax(logits, dim=-1)[..., :length]
+    return probs.sum(dim=2).view(batch, h_kv, h_q // h_kv, length).mean(dim=2).float()
+
+
+@pytest.mark.parametrize("sinks", [False, True], ids=["nosink", "sink"])
+@pytest.mark.parametrize("chunk_floats", [1, 37 * 5, 37 * 11, 1 << 19], ids=lambda v: f"chunk{v}")
+def test_window_scores_in_row_chunks_equal_their_dense_definition(chunk_floats, sinks):
+    """The reference goes through the query rows in chunks; chunk edges inside a head, across heads, one row at a
+    time or everything at once give the dense definition's scores."""
+    g = torch.Generator().manual_seed(3)
+    query = torch.randn(2, 6, 5, 16, generator=g)
+    key = torch.randn(2, 2, 37, 16, generator=g)
+    sink = torch.randn(6, generator=g) if sinks else None
+    got = reference.window_attention_scores(query, key, 0.25, sink, chunk_floats=chunk_floats)
+    assert torch.allclose(got, _dense_window_scores(query, key, 0.25, sink), rtol=1e-5, atol=1e-7)
+
+
 def _reference_in_dtype(query, key, value, index, scale, sink):
     """The PyTorch path in the input dtype: SDPA-like math without upcasting, on a gathered copy."""
     b, h_q, length, dim = query.shape
