@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from kernels import reference
+from rift_hf.tables import pipe_table
 
 from .kernels import QWEN_05B, TINY
 
@@ -48,6 +49,20 @@ def best_ms(fn, layers: int, repeats: int) -> float:
             fn()
         rounds.append(1e3 * (time.perf_counter() - tick))
     return min(rounds)
+
+
+def markdown(result: dict) -> str:
+    """The result as a header line and a pipe table (ms per rescoring: every layer once)."""
+    head = (
+        f"Window scores, {result['shapes']['layers']} layers, {result['threads']} threads, fp32, {result['machine']}, "
+        f"{result['date']} (`python -m benchmarks.scores`), best of repeats, ms per rescoring"
+    )
+    cells = [
+        [r["T"], f"{r['whole_tensor_ms']:.0f}", f"{r['chunked_ms']:.0f}", f"{r['speedup']:.2f}x"]
+        + [f"{r['max_abs_diff']:.1e}"]
+        for r in result["rows"]
+    ]
+    return head + "\n\n" + pipe_table(["T", "whole tensor ms", "chunked ms", "speed-up", "max abs diff"], cells) + "\n"
 
 
 def main(argv=None) -> None:
@@ -91,6 +106,7 @@ def main(argv=None) -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(markdown(result))
     print(f"wrote {args.out}")
 
 

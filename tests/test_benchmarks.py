@@ -160,3 +160,4 @@ def test_scores_benchmark_dry_run_times_both_formulations_of_the_same_scores(tmp
     assert [r["T"] for r in rows] == [64, 96]
     for row in rows:
         assert row["max_abs_diff"] < 1e-5 and row["chunked_ms"] > 0 and row["whole_tensor_ms"] > 0
+    assert "| 96 " in out.with_suffix(".md").read_text()
