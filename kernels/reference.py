@@ -7,11 +7,7 @@ import torch.nn.functional as F
 
 
 def window_attention_scores(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    scale: float,
-    sinks: torch.Tensor | None = None,
-    chunk_floats: int = 1 << 19,
+    query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None = None
 ) -> torch.Tensor:
     """
     SnapKV observation-window scores.
@@ -21,50 +17,32 @@ def window_attention_scores(
         key: `[B, H_kv, T, D]`, `H_q` a multiple of `H_kv`.
         scale: softmax scale.
         sinks: optional `[H_q]` extra logits in the softmax denominator (GPT-OSS attention sinks).
-        chunk_floats: size of the logits buffer (fp32 elements) the query rows are processed in.
 
     Returns:
         `[B, H_kv, T]` fp32: softmax attention (causal inside the window) summed over the `W` queries and averaged
         over the query heads of each KV head.
     """
-    batch, h_q, window, dim = query.shape
+    batch, h_q, window, _ = query.shape
     h_kv, length = key.shape[1], key.shape[2]
     if h_q % h_kv:
         raise ValueError(f"query heads ({h_q}) must be a multiple of key heads ({h_kv}).")
     if window > length:
         raise ValueError(f"window ({window}) is longer than the keys ({length}).")
     group = h_q // h_kv
-    rows = group * window  # the query rows of one KV head: row r is query head r // W at window position r % W
-    # Each query row's softmax is independent, so the rows go through in chunks whose logits stay in cache: at
-    # decode-time rescoring this runs over the whole store (a [rows, T] temporary per KV head at 8K tokens is ~15 MB,
-    # and every pass over it costs as much as the arithmetic). Per chunk: logits, the causal mask on the last W keys,
-    # exp(logits - max) in place, then the normalised rows summed into the scores as one matrix-vector product.
-    step = max(1, min(rows, chunk_floats // length))
-    q = (query.float() * scale).reshape(batch, h_kv, rows, dim)
-    keys = key.float()
+    # One batched matmul per KV head (the scale folded into the queries), then the softmax in place: at decode-time
+    # rescoring this runs over the whole store, and each full-size temporary costs as much as the arithmetic.
+    q = (query.float() * scale).reshape(batch, h_kv, group * window, -1)
+    logits = torch.matmul(q, key.float().transpose(-1, -2)).view(batch, h_kv, group, window, length)
+    # Causal inside the window: the query at position T - W + i sees keys up to it; only the last W keys can be late.
     late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1)
-    row = torch.arange(rows, device=key.device)
-    sink = None if sinks is None else sinks.float().view(h_kv, group)
-    buffer = torch.empty(step * length, dtype=torch.float32, device=key.device)
-    out = torch.zeros(batch, h_kv, length, dtype=torch.float32, device=key.device)
-    for b in range(batch):
-        for h in range(h_kv):
-            keys_t = keys[b, h].transpose(0, 1)
-            for lo in range(0, rows, step):
-                chunk = row[lo : lo + step]
-                logits = buffer[: len(chunk) * length].view(len(chunk), length)
-                torch.matmul(q[b, h, lo : lo + step], keys_t, out=logits)
-                logits[:, length - window :].masked_fill_(late[chunk % window], float("-inf"))
-                peak = logits.amax(dim=-1, keepdim=True)
-                if sink is not None:
-                    extra = sink[h, chunk // window].unsqueeze(1)
-                    peak = torch.maximum(peak, extra)
-                logits.sub_(peak).exp_()
-                total = logits.sum(dim=-1)
-                if sink is not None:
-                    total += (extra - peak).exp_().squeeze(1)
-                out[b, h].addmv_(logits.t(), total.reciprocal_())
-    return out.div_(group)
+    logits[..., length - window :].masked_fill_(late, float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, window, 1)
+        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
+        probs.div_(probs.sum(dim=-1, keepdim=True))
+    return probs.sum(dim=3).mean(dim=2)
 
 
 def pool_scores(scores: torch.Tensor, kernel: int, mode: str = "avg") -> torch.Tensor:

@@ -149,15 +149,3 @@ def test_replay_agreement_runs_resume_and_refuse_another_setting(tmp_path):
     assert json.loads(out.read_text())["runs"] == runs
     with pytest.raises(SystemExit, match="another setting"):
         replay_agreement.main([*argv, "--new-tokens", "16"])
-
-
-def test_scores_benchmark_dry_run_times_both_formulations_of_the_same_scores(tmp_path):
-    from benchmarks import scores
-
-    out = tmp_path / "scores.json"
-    scores.main(["--dry-run", "--out", str(out)])
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["T"] for r in rows] == [64, 96]
-    for row in rows:
-        assert row["max_abs_diff"] < 1e-5 and row["chunked_ms"] > 0 and row["whole_tensor_ms"] > 0
-    assert "| 96 " in out.with_suffix(".md").read_text()
