@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 from rift_hf import cli
-from rift_hf.models import resolve_dtype
+from rift_hf.models import DTYPES, resolve_dtype
 from rift_hf.replay import load_prefill, record_prompt_forward
 from rift_hf.tables import pipe_table
 
@@ -469,7 +469,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "bfloat16", "float32"],
+        choices=DTYPES,
         help="drafter and target dtype; auto: bfloat16 on a GPU or a CPU with native bf16, else float32",
     )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 
+from .models import DTYPES
 from .models import PRESETS as MODEL_PRESETS
 from .tables import pipe_table
 
@@ -937,7 +938,7 @@ def main(argv=None) -> None:
     cmp.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "bfloat16", "float32"],
+        choices=DTYPES,
         help="dtype of both models; auto: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32 "
         "(the records name the one used)",
     )

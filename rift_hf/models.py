@@ -166,7 +166,6 @@ def load_model(spec: ModelSpec, dtype: str | torch.dtype = "auto", **kwargs):
     from transformers import AutoModelForCausalLM
 
     dtype = resolve_dtype(dtype)
-
     if "device_map" not in kwargs:
         warn_if_slow_dtype(dtype, default_device())
     model = AutoModelForCausalLM.from_pretrained(ensure_local(spec), dtype=dtype, **kwargs)
@@ -192,7 +191,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: str | None = None) -> torch.
     """
     `"auto"` -> the dtype real models should run in on `device` (default: `default_device()`): bfloat16 on a GPU
     that supports it and on a CPU that computes it natively, float32 elsewhere (an AVX2-only CPU runs bf16 matrix
-    products many times slower than fp32, at twice fp32's memory saving). A `torch.dtype` or its name passes through.
+    products many times slower than fp32, at twice fp32's memory saving). A `torch.dtype` passes through; the names
+    `"bfloat16"` and `"float32"` give theirs; anything else is a ValueError.
     """
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -291,7 +291,6 @@ def load_preset(name: str, dtype: str | torch.dtype = "auto", **target_kwargs):
     if name not in PRESETS:
         raise ValueError(f"Unknown model preset {name!r}; choose one of tiny-random, {', '.join(PRESETS)}.")
     target_spec, draft_spec = PRESETS[name]
-    dtype = resolve_dtype(dtype)
     target = load_model(target_spec, dtype, **target_kwargs)
     draft = target if draft_spec is target_spec and not target_kwargs else load_model(draft_spec, dtype)
     tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
