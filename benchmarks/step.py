@@ -79,6 +79,14 @@ def load_target(args, device, dtype):
     return target
 
 
+def use_linear(model, linear: str) -> None:
+    """`--linear weight-major`: the model's small-batch linear layers as `weight @ x.T` (`rift_hf.cpu`)."""
+    if linear == "weight-major":
+        from rift_hf.cpu import weight_major_linear
+
+        weight_major_linear(model)
+
+
 def prompt_ids(model, length: int, device) -> torch.Tensor:
     generator = torch.Generator().manual_seed(length)
     return torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(device)
@@ -363,7 +371,8 @@ def markdown(result: dict) -> str:
     """The step result as markdown: plain steps per policy, then the assisted loop, each with its interleaved ratio."""
     head = (
         f"{result['weights']} drafter, {result['dtype']}, {result['device']} ({result['machine']}, "
-        f"{result['threads']} threads), SDPA {result.get('sdpa_backends', 'torch default')}, {result['date']}; "
+        f"{result['threads']} threads), SDPA {result.get('sdpa_backends', 'torch default')}, "
+        f"linear layers {result.get('linear', 'torch')}, {result['date']}; "
         f"window {result['window']}, delta {result['delta']} (`python -m benchmarks.step`). Ratio: against a "
         "full-cache step at 1K context timed between the record's own steps (plain) or between its rounds (assisted)."
     )
@@ -472,6 +481,12 @@ def main(argv=None) -> None:
         choices=DTYPES,
         help="drafter and target dtype; auto: bfloat16 on a GPU or a CPU with native bf16, else float32",
     )
+    parser.add_argument(
+        "--linear",
+        default="torch",
+        choices=cli.LINEARS,
+        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
+    )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")
     parser.add_argument("--out", type=Path, help="result file (default benchmarks/results/step-<device>.json)")
@@ -503,6 +518,11 @@ def main(argv=None) -> None:
             f"{path} holds {result.get('dtype')} records and this run is {str(dtype).split('.')[-1]}: pass --dtype "
             f"{result.get('dtype')} to add to it, or --out a new file."
         )
+    if result["records"] and result.get("linear", "torch") != args.linear:
+        raise SystemExit(
+            f"{path} holds records with {result.get('linear', 'torch')} linear layers and this run uses "
+            f"{args.linear}: pass --linear {result.get('linear', 'torch')} to add to it, or --out a new file."
+        )
     done = {key(r) for r in result["records"]}
     if args.sdpa_backends:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -512,6 +532,7 @@ def main(argv=None) -> None:
         args.sdpa_guard = sdpa_kernel(backends)  # kept: a discarded context manager restores the backends
         args.sdpa_guard.__enter__()  # for the whole process
     model, weights = load_drafter(args, device, dtype)
+    use_linear(model, args.linear)
     baseline = Baseline(
         model,
         record_prompt_forward(model, prompt_ids(model, args.baseline_context, device), args.window),
@@ -530,6 +551,7 @@ def main(argv=None) -> None:
             "delta": args.delta,
             "gamma": args.gamma,
             "sdpa_backends": args.sdpa_backends or "torch default",
+            "linear": args.linear,
             "command": "python -m benchmarks.step " + " ".join(argv if argv is not None else os.sys.argv[1:]),
         }
     )
@@ -591,12 +613,14 @@ def main(argv=None) -> None:
                     if weights == "random":
                         target.load_state_dict(model.state_dict())  # the drafter's copy: (nearly) every draft accepted
                     fix_draft_length(model, target, gamma=args.gamma)
+                    use_linear(target, args.linear)
                 budget = None if policy == "transformers" else args.assisted_budget
                 save(run_assisted(model, target, length, policy, budget, args, device, baseline))
     if "target" in parts:
         todo = [n for n in args.target_inputs if ("target-verify", "target", n, None, args.gamma + 1) not in done]
         if todo:
             real_target = load_target(args, device, dtype)
+            use_linear(real_target, args.linear)
             for length in todo:
                 for record in run_target(real_target, length, args, device, baseline):
                     save(record)

@@ -26,6 +26,7 @@ DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retr
 TRANSFORMERS = "transformers"
 
 PRESET_NAMES = ("tiny-random", *MODEL_PRESETS)
+LINEARS = ("torch", "weight-major")  # how small-batch linear layers are computed (`compare --linear`)
 METRIC = Path(__file__).resolve().parent / "metrics" / "acceptance_length"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
 
@@ -69,6 +70,7 @@ def compare(
     reuse: dict | None = None,
     resume: bool = False,
     targets_dir: Path | None = None,
+    linear: str = "torch",
 ) -> dict:
     """
     Run `policies` side by side on the same prompts; returns (and writes) the records.
@@ -82,12 +84,22 @@ def compare(
     finishes (with its new token ids); with `resume`, a run of the same setting reads those back, so a killed run
     continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
     `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
+    `linear="weight-major"` computes both models' small-batch linear layers as `weight @ x.T` on a CPU
+    (`rift_hf.cpu.weight_major_linear`; recorded in the settings, and no target output is saved for replay then).
     """
     from .models import fix_draft_length, load_preset, resolve_dtype
     from .prompts import describe_sources, prompt_set
 
+    if linear not in LINEARS:
+        raise ValueError(f"linear must be one of {', '.join(LINEARS)}, got {linear!r}.")
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
     dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
+    if linear == "weight-major":
+        from .cpu import weight_major_linear
+
+        weight_major_linear(target)
+        weight_major_linear(draft)
+        targets_dir = None  # replay's target outputs come from torch's own linear layers
     fix_draft_length(target, draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     settings = {
@@ -103,6 +115,7 @@ def compare(
         "tasks": list(tasks),
         "dtype": dtype,
         "machine": machine(),
+        **({"linear": linear} if linear != "torch" else {}),
     }
     log = RunLog(out_dir / "runs.jsonl", settings, resume=resume)
     runs = []
@@ -712,7 +725,9 @@ def markdown_table(result: dict) -> str:
         )
         + f", ~{result['input_tokens']} prompt tokens, "
         f"{result['new_tokens']} new tokens, {result['prompts']} prompts, gamma={result['gamma']}, "
-        f"{result['dtype']}, {result['machine']}, {result['date']}\n\n"
+        f"{result['dtype']}, "
+        + (f"linear layers {result['linear']}, " if result.get("linear") else "")
+        + f"{result['machine']}, {result['date']}\n\n"
     )
     headers = [
         "policy", "AL", "retention (mean, min-max)", "drafter decode ms/token", "tokens/s", "speedup vs target alone",
@@ -941,6 +956,13 @@ def main(argv=None) -> None:
         choices=DTYPES,
         help="dtype of both models; auto: bfloat16 on a GPU or a CPU with native bf16 (AVX512-BF16/AMX), else float32 "
         "(the records name the one used)",
+    )
+    cmp.add_argument(
+        "--linear",
+        default="torch",
+        choices=LINEARS,
+        help="weight-major: compute small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu; faster for "
+        "2-16 rows with MKL on the AMD CPUs measured, see benchmarks/results/linear-cpu.md)",
     )
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     cmp.add_argument(
@@ -1293,6 +1315,7 @@ def main(argv=None) -> None:
         sources=args.sources,
         resume=args.resume,
         targets_dir=args.targets if args.preset in MODEL_PRESETS else None,
+        linear=args.linear,
     )
     print(markdown_table(result))
 

@@ -120,6 +120,40 @@ def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tm
     assert "| rift-dyn |" in squeeze(readme.read_text()) and "x full step at 1K" in readme.read_text()
 
 
+def test_step_benchmark_weight_major_linear_is_recorded_and_not_mixed_with_torchs(tmp_path):
+    from benchmarks import step
+
+    out = tmp_path / "step.json"
+    args = ["--dry-run", "--parts", "plain", "--policies", "rift-stat", "--out", str(out)]
+    step.main([*args, "--linear", "weight-major"])
+    result = json.loads(out.read_text())
+    assert result["linear"] == "weight-major" and result["records"]
+    with pytest.raises(SystemExit, match="holds records with weight-major linear layers and this run uses torch"):
+        step.main(args)
+
+
+def test_linear_benchmark_dry_run_times_both_ways_and_writes_its_table(tmp_path):
+    from benchmarks import linear
+
+    linear.main(["--dry-run", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "linear-dry-run.json").read_text())
+    parts = {r["part"] for r in result["records"]}
+    assert parts == {"layer", "model", "generate"}
+    for record in result["records"]:
+        if record["part"] == "generate":
+            assert record["torch_s"] > 0 and record["weight_major_s"] > 0 and record["same_as_target"]
+            continue
+        assert record["torch_ms"] > 0 and record["weight_major_ms"] > 0
+        if record["part"] == "model":
+            assert record["same_argmax"] and record["max_logit_diff"] < 1e-3
+    assert {r["tokens"] for r in result["records"] if r["part"] == "model"} == {1, 2, 12}
+    assert {r["setup"] for r in result["records"] if r["part"] == "generate"} == {
+        "target alone", "assisted, full drafter cache", "assisted, page-round 4x"
+    }  # fmt: skip
+    table = (tmp_path / "linear-dry-run.md").read_text()
+    assert "weight-major ms" in table and "Greedy generation end to end" in table
+
+
 def test_step_benchmark_takes_policy_labels_with_overrides(tmp_path):
     """`--policies` reads labels as `rift-hf replay` does: the overrides reach the cache (an int8 selection at equal
     bytes holds more rows in no more bytes than the plain selection)."""
