@@ -242,6 +242,7 @@ def main(argv=None) -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="new tokens per generation, generate part")
     parser.add_argument("--input-tokens", type=int, default=1024, help="prompt tokens, generate part")
     parser.add_argument("--gamma", type=int, default=11, help="draft length, generate part")
+    parser.add_argument("--tasks", default="repeat,continue", help="prompt tasks, generate part (one prompt each)")
     parser.add_argument("--repeats-generate", type=int, default=3, help="alternations per setup, generate part")
     parser.add_argument("--dry-run", action="store_true", help="tiny random models, tiny sizes (CI)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output folder")
@@ -267,7 +268,8 @@ def main(argv=None) -> None:
     if "generate" in parts:
         from rift_hf.prompts import prompt_set
 
-        prompts = prompt_set(tokenizer, args.input_tokens, 1, sources="code")
+        tasks = tuple(t for t in args.tasks.split(",") if t)
+        prompts = prompt_set(tokenizer, args.input_tokens, 1, tasks=tasks, sources="code")
         records += time_generate(target, draft, prompts, args.new_tokens, args.gamma, args.repeats_generate)
     result = {
         "device": "cpu",
