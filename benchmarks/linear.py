@@ -3,15 +3,17 @@
     python -m benchmarks.linear              # the real qwen-coder drafter and target, fp32, 1-16 rows
     python -m benchmarks.linear --dry-run    # tiny random models, so the script cannot rot (CI runs this)
 
-Two parts, both ways interleaved in one process (`--repeats` alternations, median of each):
+Three parts (`--parts`), both ways interleaved in one process (alternations, median of each):
 - `layer`: one linear layer of each distinct shape of the model (`[out, in]`), `rows` input rows, over a stack of
   distinct weight copies larger than the last-level cache (so every product reads its weights from memory, as a
   decode step does);
 - `model`: a whole forward of the model after a 1K-token prefill (`DynamicCache`, cropped back after each): 1 token
   (a decode step), 2 tokens (the drafter's first forward of a round after a fully accepted one) and gamma + 1 = 12
-  tokens with every position's logits (a verification forward), with the largest logit difference between the two.
+  tokens with every position's logits (a verification forward), with the largest logit difference between the two;
+- `generate`: greedy generation end to end on one prompt per task, the target alone and assisted (full drafter cache,
+  page-round 4x), with whether each output equals the target's own.
 
-Writes `benchmarks/results/linear-<device>.json` and a markdown table beside it.
+Writes `<--out>/linear-cpu.json` (`benchmarks/results/` by default) and a markdown table beside it.
 """
 
 from __future__ import annotations
@@ -123,8 +125,8 @@ def time_model(name: str, model, context: int, tokens: list[int], repeats: int) 
 def time_generate(target, draft, prompts, new_tokens: int, gamma: int, repeats: int) -> list[dict]:
     """
     Greedy generation end to end, both ways alternating on each prompt: the target alone, and assisted by the drafter
-    with a full cache and with page-round at 4x (`cache_implementation="rift"`); seconds and tokens/s per run, and
-    whether the output equals the target's own (torch path) greedy output.
+    with a full cache and with page-round at 4x (`cache_implementation="rift"`); seconds per run (and their medians),
+    and whether the output equals the target's own (torch path) greedy output.
     """
     import rift_hf  # noqa: F401  (registers cache_implementation="rift")
     from rift_hf.models import fix_draft_length

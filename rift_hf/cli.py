@@ -962,7 +962,8 @@ def main(argv=None) -> None:
         default="torch",
         choices=LINEARS,
         help="weight-major: compute small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu; faster for "
-        "2-16 rows with MKL on the AMD CPUs measured, see benchmarks/results/linear-cpu.md)",
+        "2-16 rows with MKL on the AMD CPU measured, see benchmarks/results/linear-cpu.md; --targets is not "
+        "written then)",
     )
     cmp.add_argument("--out", type=Path, default=Path("benchmarks/results/main"), help="results folder")
     cmp.add_argument(

@@ -5,8 +5,8 @@ two tokens, the target verifies gamma + 1. On the CPU we measured (x86_64 AVX2 A
 `torch.nn.functional.linear` on 2-4 rows costs about one full read of the weights *per row*, while the same product
 written as `weight @ x.T` reads them about once: with torch's path a 2-token drafter forward took 1.9x a 1-token one
 and the target's 12-token verification forward 3.7x its decode step; weight-major made them 1.23x and 1.50x faster
-(`python -m benchmarks.linear`, `benchmarks/results/linear-cpu.json`, 2026-12-02; end to end over 32 new tokens,
-where the prompt's prefill dominates, no gain showed). `weight_major_linear(model)`
+(`python -m benchmarks.linear`, `benchmarks/results/linear-cpu.json`, 2026-12-02); end to end, over 32 and 128 new
+tokens, no gain showed that the machine's run-to-run spread could resolve. `weight_major_linear(model)`
 switches a model's `nn.Linear` layers to that form for inputs of at most `max_rows` rows on a CPU; other inputs (more
 rows, another device, a dtype that differs from the weight's) take torch's own path. The result is the same product
 summed in another order: the real pair's logits moved by up to 1e-4 there, with the same argmax. Measure before
@@ -54,14 +54,14 @@ def weight_major_linear(model: torch.nn.Module, enabled: bool = True, max_rows: 
         raise TypeError(f"weight_major_linear takes a torch.nn.Module (a loaded model), not {type(model).__name__}.")
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
         raise ValueError(f"max_rows must be a positive int (rows computed weight-major), got {max_rows!r}.")
-    source, dest = (torch.nn.Linear, WeightMajorLinear) if enabled else (WeightMajorLinear, torch.nn.Linear)
     changed = 0
     for module in model.modules():
-        if type(module) is source:
-            module.__class__ = dest
-            changed += 1
-        if enabled and type(module) is WeightMajorLinear:
+        if enabled and type(module) in (torch.nn.Linear, WeightMajorLinear):
+            changed += type(module) is torch.nn.Linear
+            module.__class__ = WeightMajorLinear
             module.max_rows = max_rows
-        elif not enabled and "max_rows" in vars(module):
-            del module.max_rows
+        elif not enabled and type(module) is WeightMajorLinear:
+            module.__class__ = torch.nn.Linear
+            vars(module).pop("max_rows", None)
+            changed += 1
     return changed
