@@ -287,8 +287,9 @@ class RiftLayer(CacheLayerMixin):
         mean = self.queries[:, :, -self.cache.config.window :].float().mean(dim=(0, 1, 2))
         return mean / mean.norm().clamp_min(1e-12)
 
-    def commit(self, rescore: bool) -> None:
-        """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so."""
+    def commit(self, rescore: bool, selected: torch.Tensor | None = None) -> None:
+        """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so (with
+        `selected` as the new selection when the cache chose it for every layer at once)."""
         cache = self.cache
         self.recent_queries.trim(cache.config.window)
         if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
@@ -305,7 +306,7 @@ class RiftLayer(CacheLayerMixin):
                 else:
                     self._compress_prompt()
             if rescore:
-                self._rescore()
+                self._rescore(selected)
             else:
                 self.working.commit()
         elif self.is_initialized:
@@ -363,8 +364,9 @@ class RiftLayer(CacheLayerMixin):
         # Until now every token is stored at its own row, so positions index the rows.
         self._build(self.working.keys, self.working.values)
 
-    def _rescore(self) -> None:
-        """Re-select from the whole store with the last `w` queries, and rebuild the working set from it."""
+    def _rescore(self, selected: torch.Tensor | None = None) -> None:
+        """Re-select from the whole store with the last `w` queries (or take `selected`, chosen by the cache for every
+        layer at once: `RiftCache._select_pages_stacked`), and rebuild the working set from it."""
         config = self.cache.config
         if self.queries is None or self.queries.shape[2] == 0:
             raise RuntimeError(
@@ -373,7 +375,9 @@ class RiftLayer(CacheLayerMixin):
             )
         policy, hi = self.cache.policy, self.seen - self._recent()
         keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
-        if policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
+        if selected is not None:
+            self.selected = selected
+        elif policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
             self._summarise_pages(keys, self.seen)  # the keys read above: a quantised store dequantises once
             pages, count = self.pages.used_keys, self.cache.n_select
             query = self.cache.scoring_query(self.layer_idx, self.queries)
@@ -669,8 +673,9 @@ class RiftCache(Cache):
             signals = self.signals.snapshot()
             rescore, reason = self.schedule.decide(seen - self._last_select, signals)
         tick = time.perf_counter()
-        for layer in self.rift_layers:
-            layer.commit(rescore)
+        chosen = self._select_pages_stacked() if rescore and self.policy.stacks_layers else None
+        for i, layer in enumerate(self.rift_layers):
+            layer.commit(rescore, None if chosen is None else chosen[i])
         if rescore:
             device = self.rift_layers[0].device
             if device is not None and torch.device(device).type == "cuda":
@@ -680,6 +685,35 @@ class RiftCache(Cache):
             )
         if rescore or (not started and self.rift_layers[0].selected is not None):
             self._last_select = self._last_check = seen
+
+    def _select_pages_stacked(self) -> tuple[torch.Tensor, ...] | None:
+        """
+        A page policy's refresh of every compressed layer in one `select_pages` call: the layers' KV heads stacked
+        as heads of one layer (`Policy.stacks_layers`: each head is chosen on its own), so scoring and ranking run
+        once per refresh instead of once per layer. None (each layer then selects for itself) unless the layers are
+        alike: compressed, the same length, window, scale and device, a store in full precision.
+        """
+        layers, config = self.rift_layers, self.config
+        first = layers[0]
+        if not all(
+            layer.compressed
+            and type(layer.store) is Rows
+            and layer.queries is not None
+            and layer.queries.shape[2] > 0
+            and layer.seen == first.seen
+            and layer.scale == first.scale
+            and layer.device == first.device
+            and layer._recent() == first._recent()
+            for layer in layers
+        ):
+            return None
+        for layer in layers:
+            layer._summarise_pages(layer.store.used_keys, layer.seen)
+        query = torch.cat([self.scoring_query(layer.layer_idx, layer.queries)[:, :, -1:] for layer in layers], dim=1)
+        pages = torch.cat([layer.pages.used_keys for layer in layers], dim=1)
+        hi = first.seen - first._recent()
+        selected = self.policy.select_pages(query, pages, first.scale, config.n_sink, hi, self.n_select)
+        return selected.split([layer.pages.shape[1] for layer in layers])
 
     def _drift(self) -> float | None:
         values = []

@@ -262,6 +262,11 @@ def test_page_round_keeps_its_page_summaries_up_to_date_through_rollbacks():
         hi = layer.seen - cache.recent
         chosen = policy.select_pages(layer.queries, reference, layer.scale, config.n_sink, hi, cache.n_select)
         assert torch.equal(layer.selected, chosen)
+    # The refreshes above chose for both layers in one call (their heads stacked); it picks what each layer alone does.
+    assert len(cache.rift_layers) > 1 and policy.stacks_layers
+    stacked = cache._select_pages_stacked()
+    assert stacked is not None
+    assert all(torch.equal(s, layer.selected) for s, layer in zip(stacked, cache.rift_layers, strict=True))
 
 
 def test_rank_pages_ahead_orders_like_two_stable_sorts_with_ties_and_signs():

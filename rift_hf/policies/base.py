@@ -62,6 +62,8 @@ class Policy:
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
         summarises_pages: the layer keeps a summary of every committed page (`summarise`), and a refresh selects from
             them with `select_pages` instead of scoring every key with `score` (page-round).
+        stacks_layers: `select_pages` chooses for every KV head on its own, so the cache may stack the heads of all
+            compressed layers into one call (one scoring and ranking per refresh, not one per layer).
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
@@ -76,6 +78,7 @@ class Policy:
     pages_ahead: ClassVar[int] = 0
     retrieves: ClassVar[bool] = False
     summarises_pages: ClassVar[bool] = False
+    stacks_layers: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
 
     def __init__(self, config: RiftConfig):
