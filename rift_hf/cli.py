@@ -85,13 +85,19 @@ def compare(
     continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
     `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
     `linear="weight-major"` computes both models' small-batch linear layers as `weight @ x.T` on a CPU
-    (`rift_hf.cpu.weight_major_linear`; recorded in the settings, and no target output is saved for replay then).
+    (`rift_hf.cpu.weight_major_linear`; recorded in the settings). Replay's target outputs must come from torch's own
+    linear layers, so `targets_dir` with it is a ValueError.
     """
     from .models import fix_draft_length, load_preset, resolve_dtype
     from .prompts import describe_sources, prompt_set
 
     if linear not in LINEARS:
         raise ValueError(f"linear must be one of {', '.join(LINEARS)}, got {linear!r}.")
+    if linear != "torch" and targets_dir is not None:
+        raise ValueError(
+            f"targets_dir saves target outputs for replay, which must come from torch's own linear layers, but "
+            f"linear={linear!r}: pass targets_dir=None, or linear='torch' to save them."
+        )
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
     dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
     if linear == "weight-major":
@@ -99,7 +105,6 @@ def compare(
 
         weight_major_linear(target)
         weight_major_linear(draft)
-        targets_dir = None  # replay's target outputs come from torch's own linear layers
     fix_draft_length(target, draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     settings = {
@@ -1315,7 +1320,8 @@ def main(argv=None) -> None:
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         sources=args.sources,
         resume=args.resume,
-        targets_dir=args.targets if args.preset in MODEL_PRESETS else None,
+        # Replay's target outputs come from torch's own linear layers: none are saved with --linear weight-major.
+        targets_dir=args.targets if args.preset in MODEL_PRESETS and args.linear == "torch" else None,
         linear=args.linear,
     )
     print(markdown_table(result))
