@@ -120,6 +120,22 @@ def test_step_benchmark_dry_run_records_every_part_with_its_interleaved_ratio(tm
     assert "| rift-dyn |" in squeeze(readme.read_text()) and "x full step at 1K" in readme.read_text()
 
 
+def test_step_table_divides_by_transformers_loop_at_the_baseline_context_when_measured():
+    from benchmarks import step
+
+    def assisted(policy, length, ratio):
+        return {"policy": policy, "input_tokens": length, "budget": 256, "mode": "assisted", "ms_per_step": 10.0,
+                "ratio_to_baseline": ratio, "baseline_context": 1024, "loop_share": 0.01, "drafted": 40}  # fmt: skip
+
+    head = {"weights": "random", "dtype": "float32", "device": "cpu", "machine": "x", "threads": 1, "date": "d",
+            "window": 8, "delta": 4}  # fmt: skip
+    records = [assisted("rift-stat", 4096, 1.155), assisted("transformers", 4096, 1.4)]
+    assert "transformers' loop" not in step.markdown({**head, "records": records})  # not at the baseline's context
+    table = squeeze(step.markdown({**head, "records": [*records, assisted("transformers", 1024, 1.1)]}))
+    assert "x transformers' loop at 1024" in table
+    assert "| rift-stat | 4096 | 256 | 10.0 | 1.155 | 1.050 | 1.0% | 40 |" in table
+
+
 def test_step_benchmark_weight_major_linear_is_recorded_and_not_mixed_with_torchs(tmp_path):
     from benchmarks import step
 
