@@ -15,6 +15,9 @@ Parts, all in one process so that ratios compare like with like:
 - `target` (`--target-inputs`): the target's own costs at each input length, a plain decode step (`mode:
   "target-step"`) and a verification forward of gamma + 1 tokens (`mode: "target-verify"`), so `rift-hf table
   <replay folder> --estimate <this file>` can turn replayed AL into an end-to-end speed estimate;
+- `refresh` (not in the default parts): for the policies of `--policies` whose refresh chooses every layer's pages
+  in one stacked call (`Policy.stacks_layers`, page-round), ms per refresh that way and one call per layer,
+  alternating in one decode run at each input length and budget;
 - `graph` (CUDA only): whether the decode step with a rift cache can be captured in a CUDA graph.
 
 Records (`policy`, `input_tokens`, `budget`, `ms_per_step`, `mode`) go to `benchmarks/results/step-<device>.json`
@@ -172,6 +175,45 @@ def run_policy(model, prefill, length, policy, budget, args, device, baseline: B
         "rescore_ms_total": 1e3 * decode_rescore,
         "rescore_share": decode_rescore / sum(times),
         "kv_bytes": cache.kv_bytes(),
+    }
+
+
+def stacks_layers(policy: str, budget: int, args) -> bool:
+    """Whether the policy's refresh chooses for every layer in one call (`Policy.stacks_layers`): `refresh` times it."""
+    return rift_hf.RiftConfig.coerce(policy_config(policy, budget, args)).policy_object.stacks_layers
+
+
+def run_refresh(model, prefill, length, policy, budget, args, device) -> dict:
+    """A page policy's refresh (`Policy.stacks_layers`) timed both ways in one decode run: every layer chosen in one
+    stacked call, or one call per layer (`stacks_layers` switched off on the cache's policy), alternating every four
+    steps; ms per refresh, median of each way (the selections are the same either way)."""
+    cache = rift_hf.RiftCache(model.config, policy_config(policy, budget, args))
+    with torch.no_grad():
+        load_prefill(cache, prefill)
+        cache.get_mask_sizes(1, 0)
+    token, seconds = prefill.logits[-1:].argmax(-1)[None], {True: [], False: []}
+    with torch.no_grad():
+        for i in range(args.steps):
+            stacked = (i // 4) % 2 == 0
+            cache.policy.stacks_layers = stacked  # read at the commit that starts this forward
+            before = len(cache.events)
+            logits = model(
+                input_ids=token,
+                position_ids=torch.tensor([[length + i]], device=device),
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
+            token = logits[:, -1:].argmax(-1)
+            seconds[stacked] += [e["seconds"] for e in cache.events[before:]]
+    return {
+        "policy": policy,
+        "input_tokens": length,
+        "budget": budget,
+        "mode": "refresh",
+        "ms_per_step": 1e3 * statistics.median(seconds[True]),
+        "per_layer_ms": 1e3 * statistics.median(seconds[False]),
+        "refreshes": [len(seconds[True]), len(seconds[False])],
+        "layers": len(cache.rift_layers),
     }
 
 
@@ -406,6 +448,20 @@ def markdown(result: dict) -> str:
         headers = ["policy", "input", "budget", "ms/step", "x full step at 1K", "rescorings", "rescoring share"]
         lines.append(pipe_table(headers, rows))
         lines.append("")
+    refresh = [r for r in records if r["mode"] == "refresh"]
+    if refresh:
+        lines += [
+            "A refresh (all layers), alternating in one decode run: every layer in one stacked call vs one per layer:",
+            "",
+        ]
+        rows = [
+            [r["policy"], r["input_tokens"], r["budget"], r["layers"], f"{r['ms_per_step']:.1f}",
+             f"{r['per_layer_ms']:.1f}", f"{r['per_layer_ms'] / r['ms_per_step']:.2f}x", sum(r["refreshes"])]
+            for r in sorted(refresh, key=lambda r: (r["policy"], r["input_tokens"], r["budget"]))
+        ]  # fmt: skip
+        headers = ["policy", "input", "budget", "layers", "stacked ms", "per-layer ms", "speed-up", "refreshes"]
+        lines.append(pipe_table(headers, rows))
+        lines.append("")
     assisted = [r for r in records if r["mode"] == "assisted"]
     if assisted:
         lines += [
@@ -578,7 +634,7 @@ def main(argv=None) -> None:
     policies = cli.split_labels(args.policies)
     # One prompt forward per input length, shared by every cache of that length; each full-cache context reads the
     # first tokens of the shortest prefill that covers it (a causal model's states do not depend on later tokens).
-    plain_lengths = args.inputs if "plain" in parts else []
+    plain_lengths = args.inputs if parts & {"plain", "refresh"} else []
     full_contexts = args.contexts if "full" in parts else []
     lengths = sorted(set(plain_lengths) | ({max(full_contexts)} if full_contexts else set()))
     for length in tqdm(lengths, desc="prefills"):
@@ -589,18 +645,24 @@ def main(argv=None) -> None:
             if ("plain", "full", c, None, None) not in done and c <= length and not any(c <= x for x in shorter)
         ]
         todo = [
-            (p, b)
+            (mode, p, b)
+            for mode in ("plain", "refresh")
+            if mode in parts
             for p in policies
             for b in args.budgets
-            if length in plain_lengths and b < length and ("plain", p, length, b, None) not in done
-        ]
+            if length in plain_lengths and b < length and (mode, p, length, b, None) not in done
+            and (mode == "plain" or stacks_layers(p, b, args))
+        ]  # fmt: skip
         if not todo_full and not todo:
             continue
         prefill = record_prompt_forward(model, prompt_ids(model, length, device), args.window)
         for context in todo_full:
             save(run_full(model, prefill, context, args, device))
-        for policy, budget in todo:
-            save(run_policy(model, prefill, length, policy, budget, args, device, baseline))
+        for mode, policy, budget in todo:
+            if mode == "plain":
+                save(run_policy(model, prefill, length, policy, budget, args, device, baseline))
+            else:
+                save(run_refresh(model, prefill, length, policy, budget, args, device))
         del prefill
     if "graph" in parts and device.type == "cuda":
         length = args.inputs[0]

@@ -136,6 +136,18 @@ def test_step_table_divides_by_transformers_loop_at_the_baseline_context_when_me
     assert "| rift-stat | 4096 | 256 | 10.0 | 1.155 | 1.050 | 1.0% | 40 |" in table
 
 
+def test_step_benchmark_times_a_stacked_refresh_against_one_per_layer(tmp_path):
+    from benchmarks import step
+
+    out = tmp_path / "step.json"
+    step.main(["--dry-run", "--parts", "refresh", "--policies", "rift-dyn,page-round", "--out", str(out)])
+    records = json.loads(out.read_text())["records"]
+    assert [(r["mode"], r["policy"]) for r in records] == [("refresh", "page-round")]  # rift-dyn does not stack
+    record = records[0]
+    assert record["ms_per_step"] > 0 and record["per_layer_ms"] > 0 and min(record["refreshes"]) > 0
+    assert "| page-round | 128 | 48 | 2 |" in squeeze(step.markdown(json.loads(out.read_text())))
+
+
 def test_step_benchmark_weight_major_linear_is_recorded_and_not_mixed_with_torchs(tmp_path):
     from benchmarks import step
 
