@@ -105,16 +105,18 @@ def decode(model, cache, token, start: int, steps: int, device, between=None) ->
                 between()
             _sync(device)
             tick = time.perf_counter()
-            logits = model(
-                input_ids=token,
-                position_ids=torch.tensor([[start + i]], device=device),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
-            token = logits[:, -1:].argmax(-1)
+            token = _greedy_step(model, cache, token, start + i, device)
             _sync(device)
             times.append(time.perf_counter() - tick)
     return times
+
+
+def _greedy_step(model, cache, token, position: int, device) -> torch.Tensor:
+    """One decode forward of `token` at `position`; the greedy next token."""
+    logits = model(
+        input_ids=token, position_ids=torch.tensor([[position]], device=device), past_key_values=cache, use_cache=True
+    ).logits
+    return logits[:, -1:].argmax(-1)
 
 
 def full_cache(model, prefill, length: int):
@@ -197,13 +199,7 @@ def run_refresh(model, prefill, length, policy, budget, args, device) -> dict:
             stacked = (i // 4) % 2 == 0
             cache.policy.stacks_layers = stacked  # read at the commit that starts this forward
             before = len(cache.events)
-            logits = model(
-                input_ids=token,
-                position_ids=torch.tensor([[length + i]], device=device),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
-            token = logits[:, -1:].argmax(-1)
+            token = _greedy_step(model, cache, token, length + i, device)
             seconds[stacked] += [e["seconds"] for e in cache.events[before:]]
     return {
         "policy": policy,
