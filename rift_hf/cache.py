@@ -691,7 +691,7 @@ class RiftCache(Cache):
         A page policy's refresh of every compressed layer in one `select_pages` call: the layers' KV heads stacked
         as heads of one layer (`Policy.stacks_layers`: each head is chosen on its own), so scoring and ranking run
         once per refresh instead of once per layer. None (each layer then selects for itself) unless the layers are
-        alike: compressed, the same length, window, scale and device, a store in full precision.
+        alike: compressed, the same heads, head size, length, window, scale and device, a store in full precision.
         """
         layers, config = self.rift_layers, self.config
         first = layers[0]
@@ -700,6 +700,8 @@ class RiftCache(Cache):
             and type(layer.store) is Rows
             and layer.queries is not None
             and layer.queries.shape[2] > 0
+            and layer.queries.shape[1] == first.queries.shape[1]  # heads of a group kept together when stacked
+            and layer.store.shape == first.store.shape
             and layer.seen == first.seen
             and layer.scale == first.scale
             and layer.device == first.device

@@ -267,6 +267,8 @@ def test_page_round_keeps_its_page_summaries_up_to_date_through_rollbacks():
     stacked = cache._select_pages_stacked()
     assert stacked is not None
     assert all(torch.equal(s, layer.selected) for s, layer in zip(stacked, cache.rift_layers, strict=True))
+    cache.rift_layers[1].scale *= 2  # layers that are not alike: each selects for itself
+    assert cache._select_pages_stacked() is None
 
 
 def test_rank_pages_ahead_orders_like_two_stable_sorts_with_ties_and_signs():
