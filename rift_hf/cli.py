@@ -533,17 +533,24 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     return "\n".join(blocks)
 
 
-def regime_rows(run_dir: Path, policies: list[str] | None = None) -> list[dict]:
+def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> list[dict]:
     """
     Per compression (`<run_dir>/<c>x/rows.jsonl`), policy and regime (task) of a replay run: the per-prompt
     retention (AL over the same prompt's `full` AL) over the prompts that have both rows, as mean, min, median and max,
     with the mean AL, peak working-set (KV) bytes and peak store bytes. Policies in the order first written (only
-    `policies`, when given), compressions ascending.
+    `policies`, when given), compressions ascending. With `common`, only the prompts that have a row for every policy
+    shown at that compression count (a run still in progress, compared like with like).
     """
     out = []
     paths = sorted(Path(run_dir).glob("*x/rows.jsonl"), key=lambda p: float(p.parent.name[:-1]))
     for path in paths:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if common:
+            shown = {r["policy"] for r in rows if policies is None or r["policy"] in policies} | {"full"}
+            have = {r["prompt"] for r in rows}
+            for policy in shown:
+                have &= {r["prompt"] for r in rows if r["policy"] == policy}
+            rows = [r for r in rows if r["prompt"] in have]
         full = {r["prompt"]: r["al"] for r in rows if r["policy"] == "full"}
         for policy in dict.fromkeys(r["policy"] for r in rows if r["policy"] != "full"):
             if policies is not None and policy not in policies:
@@ -573,7 +580,7 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None) -> list[dict]:
     return out
 
 
-def regime_table(run_dir: Path, policies: list[str] | None = None) -> str:
+def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> str:
     """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
     headers = [
         "compression", "policy", "regime", "prompts", "retention mean", "min / median / max", "AL (full AL)",
@@ -591,15 +598,15 @@ def regime_table(run_dir: Path, policies: list[str] | None = None) -> str:
             _fmt(r["peak_kv_mib"], ".1f"),
             _fmt(r["peak_store_mib"], ".1f"),
         ]
-        for r in regime_rows(run_dir, policies)
+        for r in regime_rows(run_dir, policies, common)
     ]
     return pipe_table(headers, rows) + "\n"
 
 
-def regime_wide_table(run_dir: Path, policies: list[str] | None = None) -> str:
+def regime_wide_table(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> str:
     """`regime_rows` as one row per policy and one column per compression and regime: mean retention, per-prompt
     range and prompt count."""
-    rows = regime_rows(run_dir, policies)
+    rows = regime_rows(run_dir, policies, common)
     columns = list(dict.fromkeys((r["compression"], r["task"]) for r in rows))
     cells = {(r["policy"], r["compression"], r["task"]): r for r in rows}
     table = []
@@ -1084,6 +1091,12 @@ def main(argv=None) -> None:
     tab.add_argument(
         "--wide", action="store_true", help="a replay folder: one row per policy, one column per compression and regime"
     )
+    tab.add_argument(
+        "--common-prompts",
+        action="store_true",
+        help="a replay folder: only the prompts with a row for every policy shown, per compression (a run still in "
+        "progress compared like with like)",
+    )
     tab.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
     tab.add_argument(
         "--by-regime",
@@ -1280,11 +1293,12 @@ def main(argv=None) -> None:
             if args.estimate:
                 table = estimate_table(args.result, json.loads(args.estimate.read_text()), chosen)
             else:
-                table = regime_wide_table(args.result, chosen) if args.wide else regime_table(args.result, chosen)
+                common = args.common_prompts
+                table = (regime_wide_table if args.wide else regime_table)(args.result, chosen, common)
             if args.plot:
                 from .plots import plot_regimes
 
-                plot_regimes(regime_rows(args.result, chosen), args.result / "retention.png")
+                plot_regimes(regime_rows(args.result, chosen, args.common_prompts), args.result / "retention.png")
             if args.readme:
                 write_into_readme(table, args.readme, args.block)
             print(table)

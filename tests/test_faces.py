@@ -283,6 +283,16 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     main(["table", str(tmp_path), "--wide", "--policies", "rift-stat", "--readme", str(readme), "--block", "mine"])
     text = squeeze(readme.read_text())
     assert "| rift-stat | **0.20**" in text and "snapkv" not in text and "| p |" not in text
+    # --common-prompts: only the prompts every shown policy has (repeat:a alone has snapkv and rift-stat)
+    got = {(r["policy"], r["task"]): r for r in regime_rows(tmp_path, common=True)}
+    assert set(got) == {("p", "repeat"), ("snapkv", "repeat"), ("rift-stat", "repeat")}
+    assert got["p", "repeat"]["prompts"] == 1 and got["p", "repeat"]["retention"] == pytest.approx(0.5)
+    swa = [{"prompt": name, "task": "repeat", "policy": "swa", "al": 2.0} for name in ("repeat:a", "repeat:b")]
+    with (tmp_path / "4x" / "rows.jsonl").open("a") as file:
+        file.write("".join(json.dumps(r) + "\n" for r in swa))
+    common = ["--wide", "--common-prompts", "--policies", "snapkv,swa", "--readme", str(readme), "--block=mine"]
+    main(["table", str(tmp_path), *common])
+    assert "| swa | **0.20** (0.20-0.20, n=1) |" in squeeze(readme.read_text())  # repeat:b has no snapkv row
 
 
 def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
