@@ -201,6 +201,8 @@ def run_refresh(model, prefill, length, policy, budget, args, device) -> dict:
             before = len(cache.events)
             token = _greedy_step(model, cache, token, length + i, device)
             seconds[stacked] += [e["seconds"] for e in cache.events[before:]]
+    if not seconds[True] or not seconds[False]:
+        raise SystemExit(f"--parts refresh needs refreshes both ways: raise --steps (got {args.steps}; 16 or more).")
     return {
         "policy": policy,
         "input_tokens": length,

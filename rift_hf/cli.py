@@ -1286,6 +1286,8 @@ def main(argv=None) -> None:
         print(f"{args.folder}: ready to publish (dry run)" if url is None else f"uploaded: {url}")
         return
     if args.command == "table":
+        if args.common_prompts and (args.estimate or not args.result.is_dir()):
+            parser.error("--common-prompts applies to a replay folder's retention table, not to --estimate or a file")
         if args.result.is_dir():
             if not any(args.result.glob("*x/rows.jsonl")):
                 parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
@@ -1293,8 +1295,7 @@ def main(argv=None) -> None:
             if args.estimate:
                 table = estimate_table(args.result, json.loads(args.estimate.read_text()), chosen)
             else:
-                common = args.common_prompts
-                table = (regime_wide_table if args.wide else regime_table)(args.result, chosen, common)
+                table = (regime_wide_table if args.wide else regime_table)(args.result, chosen, args.common_prompts)
             if args.plot:
                 from .plots import plot_regimes
 

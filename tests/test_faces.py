@@ -293,6 +293,8 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     common = ["--wide", "--common-prompts", "--policies", "snapkv,swa", "--readme", str(readme), "--block=mine"]
     main(["table", str(tmp_path), *common])
     assert "| swa | **0.20** (0.20-0.20, n=1) |" in squeeze(readme.read_text())  # repeat:b has no snapkv row
+    with pytest.raises(SystemExit):  # only a replay folder's retention table has prompts to intersect
+        main(["table", str(tmp_path / "4x" / "rows.jsonl"), "--common-prompts"])
 
 
 def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
