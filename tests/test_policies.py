@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -37,6 +39,14 @@ def test_adaptive_schedule_ages_and_signals():
     assert schedule.decide(100, calm) == (False, "")
     assert schedule.decide(100, low) == (True, "al")
     assert schedule.decide(16, low) == (False, "")  # younger than a_min
+
+
+def test_draft_entropy_ignores_tokens_a_processor_removed():
+    from rift_hf.generation.candidate import draft_entropy
+
+    logits = torch.tensor([[0.0, 0.0, float("-inf"), float("-inf")], [1.0, 2.0, 3.0, float("-inf")]])
+    kept = torch.softmax(torch.tensor([1.0, 2.0, 3.0]), -1)
+    assert draft_entropy(logits) == pytest.approx([math.log(2), float(-(kept * kept.log()).sum())])
 
 
 def test_signals_ewma_and_entropy_window():

@@ -1,5 +1,7 @@
 """Replay is exact: its rounds equal those of real `generate(assistant_model=...)`, round by round."""
 
+import math
+
 import pytest
 import torch
 
@@ -126,11 +128,16 @@ def test_replay_with_eos_held_back_and_an_eos_in_the_output(pairs):
     try:
         for min_new in (NEW, 0):
             record = target_output(target, ids, NEW, min_new_tokens=min_new)
-            _, real, _ = _real_rounds(target, draft, ids, config, min_new_tokens=min_new or None)
-            rounds = [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds]
+            _, real, real_stats = _real_rounds(target, draft, ids, config, min_new_tokens=min_new or None)
+            stats = replay(draft, record, config)
+            rounds = [(r["drafted"], r["accepted"]) for r in stats.rounds]
             assert [a for _, a in rounds] == [a for _, a in real]
             if min_new:
                 assert rounds == real
+                # The held-back EOS has probability 0: the entropy signal stays a number (it was nan).
+                entropies = [e["signals"]["entropy"] for e in real_stats.rescorings]
+                assert entropies and all(math.isfinite(x) for x in entropies)
+                assert [e["signals"]["entropy"] for e in stats.rescorings] == pytest.approx(entropies, rel=1e-4)
             else:
                 # After its first rejected draft the real drafter may draft EOS and stop: replay cannot know that.
                 assert all(d_real <= d for (d, _), (d_real, _) in zip(rounds, real, strict=True))

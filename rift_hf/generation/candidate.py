@@ -28,9 +28,13 @@ def use_rift_attention(model, config: RiftConfig) -> None:
 
 
 def draft_entropy(logits: torch.Tensor) -> list[float]:
-    """Entropy of each of the drafter's next-token distributions (`[drafted, vocab]` scores as drafting saw them)."""
-    logits = logits.float()
-    return (-(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)).tolist()
+    """
+    Entropy of each of the drafter's next-token distributions (`[drafted, vocab]` scores as drafting saw them).
+
+    Tokens a logits processor removed (score -inf, e.g. EOS under `min_new_tokens`) have probability 0 and add 0
+    (`entr(0) = 0`; `p * log p` would make the whole entropy nan).
+    """
+    return torch.special.entr(torch.softmax(logits.float(), -1)).sum(-1).tolist()
 
 
 def _sync(device: torch.device) -> None:
