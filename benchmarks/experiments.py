@@ -3,6 +3,7 @@
     python -m benchmarks.experiments E1 E2 --preset qwen-coder            # the issue's sizes (CPU-hours here)
     python -m benchmarks.experiments all --scale small     # 1/4 of the lengths, 1 prompt/regime (~75 min, 2 cores)
     python -m benchmarks.experiments E1 --sources prose    # Shakespeare and KJV prompts, recorded as E1-prose
+    python -m benchmarks.experiments E4 E5 --method replay  # AL by exact replay (rift-hf replay), no target runs
     python -m benchmarks.experiments all --preset tiny-random --scale tiny  # seconds; CI runs this so it cannot rot
 
 E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
@@ -13,6 +14,12 @@ rift-dyn (Δ = 16) rescorings, against rift-dyn. Results go to `benchmarks/resul
 (the target alone, `full`, and any policy run with an unchanged config are generated once), so `all` costs less than
 the experiments run one by one. Δ values above the output length are left out of E4 (they never rescore), and E3
 generates half the output length at each input length.
+
+`--method replay` measures AL by exact replay against cached target outputs (`rift_hf.replay`, the same AL as real
+assisted runs at a fraction of the cost) into `replay-<run>-<input>in-<new>tok-<n>per-task` folders; its records carry
+no timing (take that from `python -m benchmarks.step`). A replay folder resumes where a killed run stopped, and rows
+copied in from another replay folder with the same prompts and settings are reused. E3 fixes the budget in tokens
+across input lengths, which replay does not take: it runs by generation only.
 """
 
 from __future__ import annotations
@@ -69,15 +76,37 @@ def main(argv=None) -> None:
     parser.add_argument("--prompts-per-task", type=int, help="override the scale's prompts per task (regime)")
     parser.add_argument("--compressions", default="4,8", help="E1 only: comma-separated compression ratios")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--method",
+        choices=("generate", "replay"),
+        default="generate",
+        help="generate: real assisted runs (AL and time); replay: AL by exact replay (drafter fp32, no timing)",
+    )
+    parser.add_argument(
+        "--target-dtype",
+        choices=("bfloat16", "float32"),
+        default="bfloat16",
+        help="replay: dtype of the target outputs (computed once into <out>/targets, then reused)",
+    )
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
+    if args.method == "replay" and "E3" in names:
+        parser.error(
+            "E3 fixes the budget in tokens across input lengths, which replay does not take; run E3 with "
+            "--method generate (or leave it out of a replay run)."
+        )
     e1_policies = args.policies.split(",") if args.policies else list(POLICIES)
     for label in e1_policies:  # a label may carry overrides: rift-dyn@delta=16
         if label.partition("@")[0] not in POLICIES:
             raise ValueError(f"--policies: unknown policy {label!r}; choose from {', '.join(POLICIES)}.")
-    from rift_hf.models import load_preset
+    if args.method == "replay":
+        from rift_hf.replay import replay_models
 
-    models = load_preset(args.preset)
+        models = replay_models(args.preset)
+    else:
+        from rift_hf.models import load_preset
+
+        models = load_preset(args.preset)
     tokens, new, per_task = SCALES[args.scale]
     new = args.new_tokens or new
     tokens = args.input_tokens or tokens
@@ -102,6 +131,8 @@ def main(argv=None) -> None:
 
     def run(name, tag, policies, **kwargs):
         label = name + suffix
+        if args.method == "replay":
+            return run_replay(label, tag, policies, **kwargs)
         options = {
             "compression": 4.0,
             "input_tokens": tokens,
@@ -127,10 +158,42 @@ def main(argv=None) -> None:
             **options,
         )
 
+    def run_replay(label, tag, policies, compressions=(4.0,), tasks=("repeat", "continue"), extra=None):
+        from rift_hf.replay import replay_compare
+
+        results = replay_compare(
+            args.preset,
+            policies,
+            compressions,
+            tokens,
+            new,
+            per_task,
+            common["gamma"],
+            window,
+            common["delta"],
+            args.out
+            / label
+            / args.preset
+            / "-".join(filter(None, ("replay", tag, f"{tokens}in-{new}tok-{per_task}per-task"))),
+            target_dtype="float32" if args.preset == "tiny-random" else args.target_dtype,
+            targets_dir=args.out / "targets",
+            tasks=tasks,
+            sources=args.sources,
+            experiment=label,
+            summary_path=args.out / "summary.json",
+            extra=extra,
+            models=models,
+        )
+        return results[0]
+
     for name in names:
         if name == "E1":
-            for compression in (float(c) for c in args.compressions.split(",")):
-                run("E1", f"{compression:g}x", e1_policies, compression=compression)
+            compressions = [float(c) for c in args.compressions.split(",")]
+            if args.method == "replay":  # one folder, a subfolder per compression, one shared prefill per prompt
+                run_replay("E1" + suffix, "", e1_policies, compressions=compressions)
+            else:
+                for compression in compressions:
+                    run("E1", f"{compression:g}x", e1_policies, compression=compression)
         elif name == "E2":
             run(
                 "E2",

@@ -393,6 +393,24 @@ def replay(
     return stats
 
 
+def replay_models(preset: str, dtype: str = "float32") -> tuple:
+    """
+    `(target or None, drafter, tokenizer)` for `replay_compare(models=...)`: a real preset's drafter in `dtype` and its
+    tokenizer, the target left unloaded (it loads only if a target output is missing); other presets (tiny-random)
+    load both in `dtype`.
+    """
+    from .models import PRESETS, load_model, load_preset
+
+    if preset not in PRESETS:
+        return load_preset(preset, dtype=getattr(torch, dtype))
+    from transformers import AutoTokenizer
+
+    from .models import ensure_local
+
+    target_spec, draft_spec = PRESETS[preset]
+    return None, load_model(draft_spec, getattr(torch, dtype)), AutoTokenizer.from_pretrained(ensure_local(target_spec))
+
+
 def replay_compare(
     preset: str,
     policies,
@@ -431,23 +449,10 @@ def replay_compare(
     from tqdm.auto import tqdm
 
     from .cli import machine, markdown_table, policy_config, summarise, update_summary
-    from .models import PRESETS, fix_draft_length, load_model, load_preset
+    from .models import PRESETS, fix_draft_length, load_model
     from .prompts import describe_sources, prompt_set
 
-    if models is None:
-        if preset in PRESETS:
-            from transformers import AutoTokenizer
-
-            from .models import ensure_local
-
-            target_spec, draft_spec = PRESETS[preset]
-            draft = load_model(draft_spec, getattr(torch, dtype))
-            tokenizer = AutoTokenizer.from_pretrained(ensure_local(target_spec))
-            target = None
-        else:
-            target, draft, tokenizer = load_preset(preset, dtype=getattr(torch, dtype))
-    else:
-        target, draft, tokenizer = models
+    target, draft, tokenizer = replay_models(preset, dtype) if models is None else models
     fix_draft_length(draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     records = []

@@ -70,6 +70,29 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     assert plot_summary(rebuilt, tmp_path / "overview.png").stat().st_size > 10_000
 
 
+def test_experiments_by_replay_write_replay_records_and_refuse_e3(tmp_path):
+    import pytest
+
+    from benchmarks import experiments
+
+    argv = ["--preset", "tiny-random", "--scale", "tiny", "--method", "replay", "--out", str(tmp_path)]
+    experiments.main(["E5", "E1", "--policies", "full,rift-stat", "--compressions", "4", *argv])
+    records = json.loads((tmp_path / "summary.json").read_text())
+    assert {r["method"] for r in records} == {"replay"}
+    assert {r["experiment"] for r in records} == {"E1", "E5"}
+    assert {r["policy"] for r in records if r["experiment"] == "E5"} >= {"full", "rift-dyn@delta=16", "rift-dyn"}
+    assert any(r["policy"].startswith("rift-ada") for r in records)
+    folder = tmp_path / "E5" / "tiny-random"
+    assert (folder / "thresholds.json").is_file()
+    calibration = json.loads((folder / "replay-calibration-96in-24tok-1per-task" / "4x" / "compare.json").read_text())
+    assert calibration["method"] == "replay" and calibration["tasks"] == ["continue"]
+    assert experiments.calibration_events(calibration), "rift-dyn's rescorings feed the calibration"
+    assert (tmp_path / "E1" / "tiny-random" / "replay-96in-24tok-1per-task" / "4x" / "rows.jsonl").is_file()
+    assert list((tmp_path / "targets").rglob("*.json")), "the target outputs are kept for the next replay"
+    with pytest.raises(SystemExit):
+        experiments.main(["E3", *argv])
+
+
 def test_lossless_fp32_check_runs_and_every_policy_matches_greedy(tmp_path):
     from benchmarks import lossless_fp32
 
