@@ -1014,6 +1014,12 @@ def main(argv=None) -> None:
         "--cached-only", action="store_true", help="leave out prompts whose target output is not cached yet"
     )
     rep.add_argument(
+        "--attention-mass",
+        action="store_true",
+        help="measurement mode (track_attention_mass for every policy): each row records the share of the full "
+        "cache's attention mass on what the policy keeps, per decode position (E2's staleness)",
+    )
+    rep.add_argument(
         "--draft",
         type=Path,
         help="a drafter folder to replay instead of the preset's (e.g. a trained one, <train out>/model); it must "
@@ -1256,6 +1262,7 @@ def main(argv=None) -> None:
             summary_path=args.summary or (None if models else Path("benchmarks/results/summary.json")),
             cached_only=args.cached_only,
             models=models,
+            extra={"track_attention_mass": True} if args.attention_mass else None,
         )
         for result in results:
             print(markdown_table(result))

@@ -281,7 +281,12 @@ def load_prefill(cache, prefill: Prefill) -> None:
     for layer_idx, (key_states, value_states) in sorted(prefill.states.items()):
         keys, _ = cache.update(key_states, value_states, layer_idx)
         if layer_idx in prefill.queries and isinstance(cache, RiftCache):
-            cache.layers[layer_idx].observe(*prefill.queries[layer_idx][:1], keys, *prefill.queries[layer_idx][1:])
+            layer = cache.layers[layer_idx]
+            logged = len(layer.mass_log)
+            layer.observe(*prefill.queries[layer_idx][:1], keys, *prefill.queries[layer_idx][1:])
+            # Only the last queries were recorded, which the attention-mass measurement would take for decode steps;
+            # the real prompt forward logs nothing.
+            del layer.mass_log[logged:]
     ACTIVE_LAYER.set(None)
 
 
@@ -304,8 +309,8 @@ def replay(
         gamma, schedule: draft length and its schedule (`"constant"` or `"heuristic"`); default to the drafter's
             `generation_config` (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as `generate` does.
         prefill (`Prefill`, *optional*): the drafter's prompt forward recorded by `capture_prefill` (shared between
-            policies). Used when the drafter is on the same attention backend, the policy's window fits the recorded
-            queries and the attention-mass measurement is off; otherwise the prefill runs here.
+            policies). Used when the drafter is on the same attention backend and the policy's window fits the
+            recorded queries; otherwise the prefill runs here.
 
     Returns:
         `RiftStats` with the rounds (`drafted`, `accepted`, `draft_seconds`, `signals`) as real assisted generation
@@ -337,7 +342,6 @@ def replay(
     stats = RiftStats(policy=config.policy, rescorings=cache.events)
     if prefill is not None and not (
         prefill.backend == draft.config._attn_implementation
-        and not config.track_attention_mass
         and all(q.shape[2] >= min(config.window, prompt) for q, _, _ in prefill.queries.values())
     ):
         prefill = None

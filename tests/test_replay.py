@@ -244,6 +244,14 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     main(wider)
     result = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
     assert result["prompts"] == 2 and len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
+    # Measurement mode: every compressed row records the attention mass it keeps, and summary.json its staleness.
+    measured = [a if a != str(tmp_path / "out") else str(tmp_path / "mass") for a in argv] + ["--attention-mass"]
+    main(measured)
+    result = json.loads((tmp_path / "mass" / "4x" / "compare.json").read_text())
+    assert result["extra"] == {"track_attention_mass": True}
+    assert all(r["attention_mass"] for r in result["runs"] if r["policy"] != "full")
+    records = json.loads((tmp_path / "summary.json").read_text())
+    assert any(r["mass_early"] is not None and r["policy"] == "snapkv" for r in records)
 
 
 def test_replay_cli_argument_errors(capsys):
@@ -278,6 +286,26 @@ def test_a_shared_prefill_gives_the_rounds_of_real_runs(pairs, arch):
         stats = replay(draft, record, config, prefill=prefill)
         assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real, policy
         assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
+
+
+@pytest.mark.parametrize("policy", ["snapkv", "rift-dyn", "page-round"])
+def test_a_shared_prefill_measures_the_attention_mass_of_real_runs(pairs, policy):
+    from rift_hf.replay import capture_prefill
+
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(PROMPT, seed=9)
+    record = target_output(target, ids, NEW)
+    draft.set_attn_implementation("rift")
+    prefill = capture_prefill(draft, record, window=SMALL["window"])
+    config = {"policy": policy, **SMALL, "track_attention_mass": True}
+    _, real, real_stats = _real_rounds(target, draft, ids, config)
+    stats = replay(draft, record, config, prefill=prefill)
+    assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real
+    positions = [p for p, _ in real_stats.attention_mass]
+    assert positions and min(positions) >= PROMPT, "only decode steps are measured"
+    assert [p for p, _ in stats.attention_mass] == positions
+    assert [m for _, m in stats.attention_mass] == pytest.approx([m for _, m in real_stats.attention_mass], abs=1e-5)
+    assert any(m < 0.999 for _, m in real_stats.attention_mass), "the case must evict attended positions"
 
 
 def test_no_shared_prefill_for_recurrent_states(pairs):
