@@ -128,6 +128,7 @@ def main(argv=None) -> None:
     )
 
     suffix = "" if args.sources == "code" else f"-{args.sources}"
+    scale = f"{tokens}in-{new}tok-{per_task}per-task"  # in the names of replay folders
 
     def run(name, tag, policies, **kwargs):
         label = name + suffix
@@ -171,10 +172,7 @@ def main(argv=None) -> None:
             common["gamma"],
             window,
             common["delta"],
-            args.out
-            / label
-            / args.preset
-            / "-".join(filter(None, ("replay", tag, f"{tokens}in-{new}tok-{per_task}per-task"))),
+            args.out / label / args.preset / "-".join(filter(None, ("replay", tag, scale))),
             target_dtype="float32" if args.preset == "tiny-random" else args.target_dtype,
             targets_dir=args.out / "targets",
             tasks=tasks,
@@ -217,10 +215,10 @@ def main(argv=None) -> None:
         elif name == "E5":
             calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))
             thresholds = calibrate_thresholds(calibration_events(calibration), min_events=2)
+            # By replay, beside its folders: a replay run does not overwrite the thresholds of a generated one.
+            name = "thresholds.json" if args.method == "generate" else f"thresholds-replay-{scale}.json"
             (args.out / f"E5{suffix}" / args.preset).mkdir(parents=True, exist_ok=True)
-            (args.out / f"E5{suffix}" / args.preset / "thresholds.json").write_text(
-                json.dumps(thresholds, indent=2) + "\n"
-            )
+            (args.out / f"E5{suffix}" / args.preset / name).write_text(json.dumps(thresholds, indent=2) + "\n")
             ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
             RiftConfig(**policy_config(ada, 0.25, window, 128, None))  # a bad label fails now, not after the run
             run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))

@@ -83,7 +83,7 @@ def test_experiments_by_replay_write_replay_records_and_refuse_e3(tmp_path):
     assert {r["policy"] for r in records if r["experiment"] == "E5"} >= {"full", "rift-dyn@delta=16", "rift-dyn"}
     assert any(r["policy"].startswith("rift-ada") for r in records)
     folder = tmp_path / "E5" / "tiny-random"
-    assert (folder / "thresholds.json").is_file()
+    assert (folder / "thresholds-replay-96in-24tok-1per-task.json").is_file()
     calibration = json.loads((folder / "replay-calibration-96in-24tok-1per-task" / "4x" / "compare.json").read_text())
     assert calibration["method"] == "replay" and calibration["tasks"] == ["continue"]
     assert experiments.calibration_events(calibration), "rift-dyn's rescorings feed the calibration"
