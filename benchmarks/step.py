@@ -437,13 +437,16 @@ def markdown(result: dict) -> str:
                 r["input_tokens"],
                 r["budget"],
                 f"{r['ms_per_step']:.1f}",
+                f"{r['ms_median']:.1f}" if "ms_median" in r else "-",
                 f"{r['ratio_to_baseline']:.3f}",
                 r["rescorings"],
+                f"{r['rescore_ms_total'] / r['rescorings']:.1f}" if r.get("rescorings") else "-",
                 f"{100 * r['rescore_share']:.2f}%",
             ]  # fmt: skip
             for r in sorted(plain, key=lambda r: (r["policy"], r["input_tokens"], r["budget"]))
         ]
-        headers = ["policy", "input", "budget", "ms/step", "x full step at 1K", "rescorings", "rescoring share"]
+        headers = ["policy", "input", "budget", "ms/step", "median ms", "x full step at 1K", "rescorings",
+                   "ms/rescoring", "rescoring share"]  # fmt: skip
         lines.append(pipe_table(headers, rows))
         lines.append("")
     refresh = [r for r in records if r["mode"] == "refresh"]
