@@ -216,9 +216,9 @@ def main(argv=None) -> None:
             calibration = run("E5", "calibration", ["full", "rift-dyn@delta=16"], tasks=("continue",))
             thresholds = calibrate_thresholds(calibration_events(calibration), min_events=2)
             # By replay, beside its folders: a replay run does not overwrite the thresholds of a generated one.
-            name = "thresholds.json" if args.method == "generate" else f"thresholds-replay-{scale}.json"
+            file = "thresholds.json" if args.method == "generate" else f"thresholds-replay-{scale}.json"
             (args.out / f"E5{suffix}" / args.preset).mkdir(parents=True, exist_ok=True)
-            (args.out / f"E5{suffix}" / args.preset / name).write_text(json.dumps(thresholds, indent=2) + "\n")
+            (args.out / f"E5{suffix}" / args.preset / file).write_text(json.dumps(thresholds, indent=2) + "\n")
             ada = "rift-ada@" + ",".join(f"{k}={json.dumps(v)}" for k, v in thresholds.items() if v is not None)
             RiftConfig(**policy_config(ada, 0.25, window, 128, None))  # a bad label fails now, not after the run
             run("E5", "ada-vs-dyn", ["full", "rift-dyn", ada.rstrip("@")], tasks=("repeat",))
