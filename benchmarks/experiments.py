@@ -18,8 +18,9 @@ generates half the output length at each input length.
 `--method replay` measures AL by exact replay against cached target outputs (`rift_hf.replay`, the same AL as real
 assisted runs at a fraction of the cost) into `replay-<run>-<input>in-<new>tok-<n>per-task` folders; its records carry
 no timing (take that from `python -m benchmarks.step`). A replay folder resumes where a killed run stopped, and rows
-copied in from another replay folder with the same prompts and settings are reused. E3 fixes the budget in tokens
-across input lengths, which replay does not take: it runs by generation only.
+copied in from another replay folder with the same prompts and settings are reused. E3 by replay keeps its budget in
+tokens (`replay_compare(budget_tokens=...)`): one `replay-fixed-budget-<input>in-...` folder per input length, rows
+under `<budget>tok/`; a target output cached for a longer run is cut to the length asked.
 """
 
 from __future__ import annotations
@@ -90,11 +91,6 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     names = ["E1", "E4", "E5", "E2", "E3"] if args.experiments == ["all"] else args.experiments
-    if args.method == "replay" and "E3" in names:
-        parser.error(
-            "E3 fixes the budget in tokens across input lengths, which replay does not take; run E3 with "
-            "--method generate (or leave it out of a replay run)."
-        )
     e1_policies = args.policies.split(",") if args.policies else list(POLICIES)
     for label in e1_policies:  # a label may carry overrides: rift-dyn@delta=16
         if label.partition("@")[0] not in POLICIES:
@@ -159,20 +155,32 @@ def main(argv=None) -> None:
             **options,
         )
 
-    def run_replay(label, tag, policies, compressions=(4.0,), tasks=("repeat", "continue"), extra=None):
+    def run_replay(
+        label,
+        tag,
+        policies,
+        compressions=(4.0,),
+        tasks=("repeat", "continue"),
+        extra=None,
+        input_tokens=None,
+        new_tokens=None,
+        budget_tokens=None,
+    ):
         from rift_hf.replay import replay_compare
 
+        length, out_tokens = input_tokens or tokens, new_tokens or new
+        folder = "-".join(filter(None, ("replay", tag, f"{length}in-{out_tokens}tok-{per_task}per-task")))
         results = replay_compare(
             args.preset,
             policies,
             compressions,
-            tokens,
-            new,
+            length,
+            out_tokens,
             per_task,
             common["gamma"],
             window,
             common["delta"],
-            args.out / label / args.preset / "-".join(filter(None, ("replay", tag, scale))),
+            args.out / label / args.preset / folder,
             target_dtype="float32" if args.preset == "tiny-random" else args.target_dtype,
             targets_dir=args.out / "targets",
             tasks=tasks,
@@ -181,6 +189,7 @@ def main(argv=None) -> None:
             summary_path=args.out / "summary.json",
             extra=extra,
             models=models,
+            budget_tokens=budget_tokens,
         )
         return results[0]
 
@@ -201,14 +210,11 @@ def main(argv=None) -> None:
             )
         elif name == "E3":
             for length in (tokens // 4, tokens // 2, tokens, tokens * 2):
-                run(
-                    "E3",
-                    f"input-{length}",
-                    ["full", "rift-stat", "rift-dyn"],
-                    input_tokens=length,
-                    new_tokens=new // 2,
-                    budget_tokens=max(tokens // 8, 2 * window),
-                )
+                sizes = dict(input_tokens=length, new_tokens=new // 2, budget_tokens=max(tokens // 8, 2 * window))
+                if args.method == "replay":  # replay-fixed-budget-<length>in-.../<budget>tok/
+                    run_replay("E3" + suffix, "fixed-budget", ["full", "rift-stat", "rift-dyn"], **sizes)
+                else:
+                    run("E3", f"input-{length}", ["full", "rift-stat", "rift-dyn"], **sizes)
         elif name == "E4":
             deltas = [d for d in (16, 32, 64, 128, 256, 512, 1024) if d <= new]
             run("E4", "delta-sweep", ["full"] + [f"rift-dyn@delta={d}" for d in deltas])

@@ -997,7 +997,12 @@ def main(argv=None) -> None:
         "(rift_hf.replay): same AL as real assisted runs, without the target's cost. Resumable.",
     )
     _add_run_arguments(rep, input_tokens=4096, new_tokens=512, per_task=8)
-    rep.add_argument("--compressions", default="4,8", help="comma-separated compressions")
+    rep.add_argument("--compressions", default=None, help="comma-separated compressions (default: 4,8)")
+    rep.add_argument(
+        "--budget-tokens",
+        type=int,
+        help="a budget of this many tokens for every prompt instead of compressions (E3; rows in <out>/<N>tok/)",
+    )
     rep.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="drafter dtype in replay")
     rep.add_argument("--target-dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype")
     rep.add_argument("--targets", type=Path, default=Path("benchmarks/results/targets"), help="target output cache")
@@ -1223,7 +1228,11 @@ def main(argv=None) -> None:
         from .replay import replay_compare
 
         policies = _policy_labels(parser, args.policies)
-        compressions = _compressions(parser, args.compressions)
+        if args.budget_tokens is not None and args.compressions is not None:
+            parser.error("--budget-tokens and --compressions both size the budget; pass one of them")
+        if args.budget_tokens is not None and args.budget_tokens < 1:
+            parser.error(f"--budget-tokens must be a positive number of tokens, got {args.budget_tokens}")
+        compressions = _compressions(parser, args.compressions or "4,8")
         name = f"replay-{args.input_tokens}in-{args.new_tokens}tok-{args.per_task}per-task"
         out = args.out or Path("benchmarks/results") / args.experiment / args.preset / name
         models = None
@@ -1263,6 +1272,7 @@ def main(argv=None) -> None:
             cached_only=args.cached_only,
             models=models,
             extra={"track_attention_mass": True} if args.attention_mass else None,
+            budget_tokens=args.budget_tokens,
         )
         for result in results:
             print(markdown_table(result))

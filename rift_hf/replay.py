@@ -167,16 +167,50 @@ def target_output_path(root: Path, preset: str, prompt_name: str, input_ids: tor
     return Path(root) / preset / f"{safe}-{prompt_digest(input_ids)}-{new_tokens}tok-{dtype_name}.json"
 
 
+def cached_target_output(
+    root: Path, preset: str, prompt_name: str, input_ids: torch.Tensor, new_tokens: int, dtype
+) -> TargetOutput | None:
+    """
+    The cached target output of a prompt for `new_tokens`, or None. Without an exact entry, a longer one computed with
+    EOS held back at least as long is cut to `new_tokens`: greedy decoding is sequential and the two runs' logits
+    processors agree on those first steps, so its prefix is what the shorter run returns (checked on real 256/512-token
+    pairs).
+    """
+    path = target_output_path(root, preset, prompt_name, input_ids, new_tokens, dtype)
+    if path.exists():
+        return load_target_output(path, input_ids)
+    stem = path.name.removesuffix(f"-{new_tokens}tok-{str(dtype).removeprefix('torch.')}.json")
+    longer = []
+    for other in path.parent.glob(f"{stem}-*tok-{str(dtype).removeprefix('torch.')}.json"):
+        length = other.name[len(stem) + 1 :].split("tok-")[0]
+        if length.isdigit() and int(length) > new_tokens:
+            longer.append((int(length), other))
+    for _, other in sorted(longer):
+        record = load_target_output(other, input_ids)
+        if record.min_new_tokens >= new_tokens and record.output_ids.shape[1] >= new_tokens:
+            return TargetOutput(
+                prompt_ids=record.prompt_ids,
+                output_ids=record.output_ids[:, :new_tokens],
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                eos_token_id=record.eos_token_id,
+                pad_token_id=record.pad_token_id,
+                seconds=None,
+            )
+    return None
+
+
 def ensure_target_outputs(target, prompts, new_tokens: int, root: Path, preset: str, progress: bool = True) -> list:
     """The cached target output of every prompt, computing (and saving, one file each) the missing ones."""
     from tqdm.auto import tqdm
 
     outputs = []
     for prompt in tqdm(prompts, desc="target outputs", disable=not progress):
-        path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, target.dtype)
-        if path.exists():
-            outputs.append(load_target_output(path, prompt.input_ids))
+        cached = cached_target_output(root, preset, prompt.name, prompt.input_ids, new_tokens, target.dtype)
+        if cached is not None:
+            outputs.append(cached)
             continue
+        path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, target.dtype)
         record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
         save_target_output(
             record, path, preset=preset, model=target.name_or_path, prompt=prompt.name, dtype=str(target.dtype)
@@ -437,6 +471,7 @@ def replay_compare(
     extra: dict | None = None,
     models: tuple | None = None,
     cached_only: bool = False,
+    budget_tokens: int | None = None,
 ) -> list[dict]:
     """
     `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
@@ -448,13 +483,23 @@ def replay_compare(
     One `compare.json` per compression is written (`"method": "replay"`),
     and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
     time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts
-    whose target output is not cached yet are left out (and named) instead of computed.
+    whose target output is not cached yet are left out (and named) instead of computed. With `budget_tokens`, the budget
+    is that many tokens for every prompt (E3's fixed budget across input lengths) instead of `1/compression` of it:
+    `compressions` is then ignored and the rows go to `<out_dir>/<budget_tokens>tok/`.
     """
     from tqdm.auto import tqdm
 
     from .cli import machine, markdown_table, policy_config, summarise, update_summary
     from .models import PRESETS, fix_draft_length, load_model
     from .prompts import describe_sources, prompt_set
+
+    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)):
+        raise TypeError(f"budget_tokens must be an int (tokens kept per layer) or None, got {budget_tokens!r}.")
+    # A size is a compression (budget = 1/size of the prompt) or, with budget_tokens, the budget itself in tokens.
+    sizes = [budget_tokens] if budget_tokens is not None else list(compressions)
+
+    def folder(size) -> str:
+        return f"{size}tok" if budget_tokens is not None else f"{size:g}x"
 
     target, draft, tokenizer = replay_models(preset, dtype) if models is None else models
     fix_draft_length(draft, gamma=gamma)
@@ -464,7 +509,7 @@ def replay_compare(
         missing = [
             p.name
             for p in prompts
-            if not target_output_path(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype).exists()
+            if cached_target_output(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype) is None
         ]
         if missing:
             print(f"replay: no cached target output yet for {', '.join(missing)}; left out (--cached-only)")
@@ -472,16 +517,20 @@ def replay_compare(
         if not prompts:
             raise ValueError(f"No prompt has a cached target output under {targets_dir}; run without --cached-only.")
     for prompt in prompts:
-        path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
-        if not path.exists():
+        record = cached_target_output(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
+        if record is None:
+            path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
             if target is None:
                 target = load_model(PRESETS[preset][0], getattr(torch, target_dtype))
             record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
             save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=target_dtype)
-        records.append(load_target_output(path, prompt.input_ids))
+            record = load_target_output(path, prompt.input_ids)
+        records.append(record)
     configs = {
-        (compression, policy): RiftConfig.coerce(policy_config(policy, 1.0 / compression, window, delta, extra))
-        for compression in compressions
+        (size, policy): RiftConfig.coerce(
+            policy_config(policy, size if budget_tokens is not None else 1.0 / size, window, delta, extra)
+        )
+        for size in sizes
         for policy in policies
     }
     # One attention backend for every policy, so that all of them can start from one recorded prefill per prompt.
@@ -490,26 +539,26 @@ def replay_compare(
         use_rift_attention(draft, scored)
     largest_window = max(c.window for c in configs.values())
     done: dict[float, dict] = {}
-    for compression in compressions:
-        done[compression] = {}
-        rows_path = Path(out_dir) / f"{compression:g}x" / "rows.jsonl"
+    for size in sizes:
+        done[size] = {}
+        rows_path = Path(out_dir) / folder(size) / "rows.jsonl"
         if rows_path.exists():
             for line in rows_path.read_text().splitlines():
                 row = json.loads(line)
-                done[compression][row["prompt"], row["policy"]] = row
+                done[size][row["prompt"], row["policy"]] = row
     # Regimes interleaved (the first prompt of each task, then the second ...), so a partial run covers them all.
     rank = {p.name: sum(q.task == p.task for q in prompts[:i]) for i, p in enumerate(prompts)}
     todo = [
         (prompt, record, compression, policy)
         for prompt, record in sorted(zip(prompts, records, strict=True), key=lambda pair: rank[pair[0].name])
-        for compression in compressions
+        for compression in sizes
         for policy in policies
         if (prompt.name, policy) not in done[compression]
     ]
     prefill, prefill_of = None, None  # one prompt's recorded prefill at a time (~100s of MB at 4K tokens)
     for prompt, record, compression, policy in tqdm(todo, desc="replay"):
         # An uncompressed cache does not depend on the compression: its row at another compression is reused.
-        same = [done[c][prompt.name, policy] for c in compressions if (prompt.name, policy) in done[c]]
+        same = [done[c][prompt.name, policy] for c in sizes if (prompt.name, policy) in done[c]]
         if same and not configs[compression, policy].policy_object.compresses:
             row = same[0]
         else:
@@ -534,15 +583,15 @@ def replay_compare(
                 "peak_store_bytes": stats.peak_store_bytes,
                 "replay_seconds": time.perf_counter() - tick,
             }
-        rows_path = Path(out_dir) / f"{compression:g}x" / "rows.jsonl"
+        rows_path = Path(out_dir) / folder(compression) / "rows.jsonl"
         rows_path.parent.mkdir(parents=True, exist_ok=True)
         with rows_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
         done[compression][prompt.name, policy] = row
     results = []
     added = {compression for _, _, compression, _ in todo}
-    for compression in compressions:
-        run_dir = Path(out_dir) / f"{compression:g}x"
+    for compression in sizes:
+        run_dir = Path(out_dir) / folder(compression)
         if compression not in added and (run_dir / "compare.json").is_file():
             # Nothing new: the folder's own compare.json stands if it holds every row asked for (re-rendering it would
             # stamp its rows with this run's machine and date).
@@ -564,8 +613,8 @@ def replay_compare(
             "experiment": experiment,
             "method": "replay",
             "preset": preset,
-            "compression": compression,
-            "budget_tokens": None,
+            "compression": None if budget_tokens is not None else compression,
+            "budget_tokens": budget_tokens,
             "extra": extra or {},
             "gamma": gamma,
             "window": window,

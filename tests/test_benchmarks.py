@@ -70,9 +70,7 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     assert plot_summary(rebuilt, tmp_path / "overview.png").stat().st_size > 10_000
 
 
-def test_experiments_by_replay_write_replay_records_and_refuse_e3(tmp_path):
-    import pytest
-
+def test_experiments_by_replay_write_replay_records(tmp_path):
     from benchmarks import experiments
 
     argv = ["--preset", "tiny-random", "--scale", "tiny", "--method", "replay", "--out", str(tmp_path)]
@@ -89,8 +87,13 @@ def test_experiments_by_replay_write_replay_records_and_refuse_e3(tmp_path):
     assert experiments.calibration_events(calibration), "rift-dyn's rescorings feed the calibration"
     assert (tmp_path / "E1" / "tiny-random" / "replay-96in-24tok-1per-task" / "4x" / "rows.jsonl").is_file()
     assert list((tmp_path / "targets").rglob("*.json")), "the target outputs are kept for the next replay"
-    with pytest.raises(SystemExit):
-        experiments.main(["E3", *argv])
+    # E3 by replay: one folder per input length, the same budget in tokens in each.
+    experiments.main(["E3", *argv])
+    e3 = sorted((tmp_path / "E3" / "tiny-random").glob("replay-fixed-budget-*/12tok/compare.json"))
+    results = [json.loads(path.read_text()) for path in e3]
+    assert sorted(r["input_tokens"] for r in results) == [24, 48, 96, 192]
+    assert all(r["budget_tokens"] == 12 and r["compression"] is None and r["new_tokens"] == 12 for r in results)
+    assert all(run["budget"] == 12 for r in results for run in r["runs"] if run["policy"] != "full")
 
 
 def test_lossless_fp32_check_runs_and_every_policy_matches_greedy(tmp_path):

@@ -363,3 +363,46 @@ def test_replay_reuses_the_full_cache_row_across_compressions(tmp_path, monkeypa
     }
     full = {c: next(r for r in rows[c] if r["policy"] == "full") for c in rows}
     assert full["4x"] == full["8x"]
+
+
+def test_a_longer_cached_target_output_is_cut_to_the_length_asked(tmp_path, pairs):
+    from rift_hf.replay import cached_target_output, target_output_path
+
+    target, _ = _pair(pairs, "llama")
+    ids = make_prompt(12, seed=8)
+    short, long = target_output(target, ids, 6, min_new_tokens=6), target_output(target, ids, 14, min_new_tokens=14)
+    assert cached_target_output(tmp_path, "tiny", "p", ids, 6, "float32") is None
+    save_target_output(long, target_output_path(tmp_path, "tiny", "p", ids, 14, "float32"), preset="tiny")
+    cut = cached_target_output(tmp_path, "tiny", "p", ids, 6, "float32")
+    assert torch.equal(cut.output_ids, short.output_ids) and (cut.max_new_tokens, cut.min_new_tokens) == (6, 6)
+    assert cached_target_output(tmp_path, "tiny", "p", ids, 6, "bfloat16") is None  # another dtype is not used
+    assert cached_target_output(tmp_path, "tiny", "other", ids, 6, "float32") is None
+    # One whose EOS was allowed before the length asked is not cut (the shorter run would have held EOS back).
+    free = target_output(target, make_prompt(12, seed=9), 14)
+    save_target_output(free, target_output_path(tmp_path, "tiny", "q", free.prompt_ids, 14, "float32"), preset="x")
+    assert cached_target_output(tmp_path, "tiny", "q", free.prompt_ids, 6, "float32") is None
+
+
+def test_replay_cli_with_a_budget_in_tokens(tmp_path, capsys):
+    import json
+
+    from rift_hf.cli import main
+
+    argv = ["replay", "--preset", "tiny-random", "--policies", "rift-stat", "--budget-tokens", "40", "--new-tokens"]
+    argv += ["16", "--per-task", "1", "--window", "8", "--targets", str(tmp_path / "t"), "--summary"]
+    argv += [str(tmp_path / "s.json")]
+    for tokens in (96, 192):
+        main(argv + ["--input-tokens", str(tokens), "--out", str(tmp_path / str(tokens))])
+        result = json.loads((tmp_path / str(tokens) / "40tok" / "compare.json").read_text())
+        assert (result["compression"], result["budget_tokens"]) == (None, 40)
+        rows = [r for r in result["runs"] if r["policy"] == "rift-stat"]
+        assert len(rows) == 2 and {r["budget"] for r in rows} == {40}
+        assert all(r["input_tokens"] > 80 * tokens // 96 for r in rows)  # the budget does not follow the prompt
+    records = [r for r in json.loads((tmp_path / "s.json").read_text()) if r["policy"] == "rift-stat"]
+    # summary.json records the compression the budget amounts to at each input length
+    assert len(records) == 2 and records[0]["compression"] < records[1]["compression"]
+    assert all(r["compression"] == round(r["input_tokens"] / 40, 2) for r in records)
+    for extra, message in ((["--compressions", "4"], "pass one of them"), ([], "positive")):
+        with pytest.raises(SystemExit):
+            main(["replay", "--budget-tokens", "0" if not extra else "64", *extra])
+        assert message in capsys.readouterr().err
