@@ -262,23 +262,23 @@ class RiftLayer(CacheLayerMixin):
             self._log_attention_mass(query)
 
     def _log_attention_mass(self, query: torch.Tensor) -> None:
-        """Share of the full-cache attention mass that falls on the retained positions, per new query position."""
-        store = self.store_keys.to(query.device)
-        first = self.seen - query.shape[2]
-        h_kv = store.shape[1]
-        group = query.shape[1] // h_kv
-        for i in range(query.shape[2]):
-            pos = first + i
-            qi = query[:, :, i].float().view(query.shape[0], h_kv, group, -1)
-            logits = torch.einsum("bhgd,bhtd->bhgt", qi, store[:, :, : pos + 1].float()) * self.scale
-            probs = torch.softmax(logits, dim=-1)  # [B, H_kv, G, pos + 1]
-            # What this query attends: the working set, or the rows retrieved for it.
-            visible = (self.retrieved[0, :, i] if self.retrieving else self.positions).to(query.device)
-            # Mark the retained positions up to `pos` (later ones are clamped onto `pos` and contribute 0).
-            kept = torch.zeros(h_kv, pos + 1, device=query.device)
-            kept.scatter_reduce_(1, visible.clamp(max=pos), (visible <= pos).float(), reduce="amax")
-            share = (probs * kept[None, :, None, :]).sum(-1).mean().item()
-            self.mass_log.append((pos, share))
+        """Share of the full-cache attention mass that falls on the retained positions, per new query position (one
+        batched product over the chunk's queries, causal within it)."""
+        batch, _, q, dim = query.shape
+        length, first = self.seen, self.seen - q
+        keys = self.store_keys[:, :, :length].to(query.device).float()
+        h_kv = keys.shape[1]
+        queries = query.float().view(batch, h_kv, -1, q, dim)  # query head h * group + g reads KV head h
+        logits = torch.einsum("bhgqd,bhtd->bhgqt", queries, keys) * self.scale
+        steps = torch.arange(length, device=query.device)
+        causal = steps[None] <= (first + torch.arange(q, device=query.device))[:, None]  # [q, T]
+        probs = torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1)
+        # What each query attends: its own retrieved rows, or the working set (later positions fall under the mask).
+        visible = (self.retrieved[0] if self.retrieving else self.positions[:, None]).to(query.device)
+        kept = torch.zeros(h_kv, visible.shape[1], length, device=query.device)
+        kept.scatter_reduce_(2, visible.clamp(max=length - 1), (visible < length).float(), reduce="amax")
+        shares = (probs * kept[None, :, None]).sum(-1).mean(dim=(0, 1, 2))  # [q]
+        self.mass_log.extend(zip(range(first, length), shares.tolist(), strict=True))
 
     def drift_summary(self) -> torch.Tensor | None:
         """Mean recent query over heads and positions, L2-normalised: `[D]`."""

@@ -1081,9 +1081,16 @@ def main(argv=None) -> None:
             f"--eval-{name}", type=int, default=default, help=f"replay evaluation: {name.replace('-', ' ')}"
         )
     head.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
+    head.add_argument("--delta", type=int, default=128, help="rift-dyn's rescoring interval (examples and evaluation)")
     head.add_argument("--before", type=Path, help="replay folder of the drafter without a head to resume")
     head.add_argument("--after", type=Path, help="where the replay rows with the head go; None: <out>/replay-after")
     head.add_argument("--no-replay", action="store_true", help="proxy (selection recall) only")
+    head.add_argument(
+        "--refresh-points",
+        action="store_true",
+        help="fit on rift-dyn's refresh points too (decode queries, the next --delta tokens' attention), not the "
+        "prefill alone",
+    )
     head_out = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-selection-head"
     head.add_argument("--out", type=Path, default=head_out, help="Hub-ready folder: model/, eval.json")
     head.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
@@ -1217,6 +1224,8 @@ def main(argv=None) -> None:
                 replay=not args.no_replay,
                 before_dir=args.before,
                 after_dir=args.after,
+                delta=args.delta,
+                refresh=args.refresh_points,
             )
         except ValueError as err:
             parser.error(str(err))

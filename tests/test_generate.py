@@ -333,3 +333,44 @@ def test_target_offloaded_by_accelerate_stays_lossless(tmp_path):
         cache_config={"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4, "store_device": "cpu"},
     )
     assert torch.equal(out, reference)
+
+
+@pytest.mark.parametrize("policy", ["swa", "rift-dyn", "page-retrieval"])
+def test_attention_mass_log_equals_one_query_at_a_time(monkeypatch, policy):
+    # The batched measurement against the definition, query by query: softmax over the full store up to the query's
+    # own position, summed over what it attends (the working set, or its retrieved rows).
+    from rift_hf.cache import RiftLayer
+
+    def reference(layer, query):
+        store, first, out = layer.store_keys.float(), layer.seen - query.shape[2], []
+        h_kv = store.shape[1]
+        for i in range(query.shape[2]):
+            pos = first + i
+            qi = query[:, :, i].float().view(query.shape[0], h_kv, -1, query.shape[-1])
+            probs = torch.softmax(torch.einsum("bhgd,bhtd->bhgt", qi, store[:, :, : pos + 1]) * layer.scale, -1)
+            visible = layer.retrieved[0, :, i] if layer.retrieving else layer.positions
+            kept = torch.zeros(h_kv, pos + 1)
+            for h in range(h_kv):
+                kept[h, visible[h][visible[h] <= pos]] = 1.0
+            out.append((pos, (probs * kept[None, :, None]).sum(-1).mean().item()))
+        return out
+
+    original, checked = RiftLayer._log_attention_mass, []
+
+    def both(layer, query):
+        expected = reference(layer, query)
+        before = len(layer.mass_log)
+        original(layer, query)
+        got = layer.mass_log[before:]
+        assert [p for p, _ in got] == [p for p, _ in expected]
+        assert max(abs(a - b) for (_, a), (_, b) in zip(got, expected, strict=True)) < 1e-5
+        checked.append((len(got), layer.retrieving))
+
+    monkeypatch.setattr(RiftLayer, "_log_attention_mass", both)
+    target, draft = draft_target_pair("llama", GAMMA)
+    ids = make_prompt(PROMPT, seed=4)
+    config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4, "track_attention_mass": True}
+    target.generate(ids, assistant_model=draft, max_new_tokens=16, do_sample=False, cache_implementation="rift",
+                    cache_config=config)  # fmt: skip
+    assert max(n for n, _ in checked) > 1  # chunks of several queries were measured
+    assert any(r for _, r in checked) == (policy == "page-retrieval")  # and retrieved rows where a policy retrieves

@@ -148,3 +148,31 @@ def test_fitting_raises_recall_towards_where_the_answer_reads(tmp_path):
     assert head_recall(head, examples, 4.0) > head_recall(None, examples, 4.0)
     with pytest.raises(ValueError, match="No training examples"):
         train_selection_head(head, [], window=4)
+
+
+def test_refresh_point_examples_read_the_decode_queries_and_the_next_delta_tokens(tmp_path):
+    from rift_hf.training.head import refresh_points
+    from rift_hf.training.selection import _future_mass, captured_attention
+
+    assert refresh_points(32, 48, None) == [32] and refresh_points(32, 48, 8) == [32, 36, 40, 44]
+    model = tiny_model("llama", seed=3, attn="rift")
+    items = [{"input_ids": make_prompt(48, seed=50 + i)[0], "boundary": 32} for i in range(2)]
+    path = tmp_path / "refresh.safetensors"
+    examples = head_examples(model, items, window=4, n_sink=1, path=path, delta=8)
+    assert [e["boundary"] for e in examples] == [32, 36, 40, 44] * 2
+    with torch.no_grad(), captured_attention() as captured:
+        model(items[1]["input_ids"][None])
+    for example in examples[4:]:
+        t = example["boundary"]
+        assert example["query"].shape == (2, 4, 4, 16) and example["key"].shape == (2, 2, t, 16)
+        query, key, scale = captured[sorted(captured)[1]]
+        assert torch.equal(example["query"][1], query[0, :, t - 4 : t].bfloat16())
+        # the target: the attention of the next 8 tokens (not the whole rest), on [1, t - 4)
+        expected = _future_mass(query[:, :, : t + 8], key[:, :, : t + 8], scale, t, 4, 1)
+        assert torch.allclose(example["future"][1], expected)
+        assert float(example["future"][1, :, 1 : t - 4].sum(-1).sub(1).abs().max()) < 1e-5
+    again = head_examples(model, items, window=4, n_sink=1, path=path, delta=8)  # read back, no forward
+    pairs = zip(again, examples, strict=True)
+    assert all(torch.equal(a["key"], b["key"]) and a["boundary"] == b["boundary"] for a, b in pairs)
+    # The prefill-only examples of the same items are keyed apart (another file content, not these).
+    assert len(head_examples(model, items, window=4, n_sink=1, path=path)) == 2

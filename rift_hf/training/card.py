@@ -120,7 +120,8 @@ prompts, with the per-prompt range. The full-cache rows are the same rows both w
 {{ verdict }}
 
 Proxy used to choose the fit (selection recall: the share of the answer's full-cache attention on the prompt
-positions `{{ policy }}`'s prefill selection keeps, {{ proxy_n }} sequences from {{ proxy_modules }}):
+positions a selection of the budget's size keeps at each example's point, {{ proxy_n }} sequences from
+{{ proxy_modules }}):
 
 | compression | regime | recall without head | recall with head |
 |---|---|---|---|
@@ -131,8 +132,8 @@ positions `{{ policy }}`'s prefill selection keeps, {{ proxy_n }} sequences from
 - Data: {{ sequences }} `repeat` and `continue` chat prompts ({{ prompt_tokens }} source tokens of Python
   standard-library modules: {{ train_modules }}; disjoint from the evaluation and proxy modules), each followed by
   {{ answer_tokens }} tokens of its known answer. One full-cache forward of the drafter per sequence records, per
-  attention layer, the prefill window's queries ({{ window }} tokens), the prompt's keys, and the share of the
-  answer's attention on each evictable prompt position.
+  attention layer and selection point ({{ points }}; {{ examples }} examples), the {{ window }} queries before the
+  point, the keys before it, and the share of the later tokens' attention on each evictable position.
 - Fit: per layer and KV head, KL(answer's attention || the window's pooled SnapKV scores through the head) over the
   evictable positions; Adam, learning rate {{ learning_rate }} with cosine decay, {{ epochs }} epochs of one sequence
   per step. Loss per epoch: {{ losses }}.
@@ -266,6 +267,8 @@ def _head_card(result: dict, model_name: str, target: str, license: str, base_mo
             else f"{result['examples_seconds'] / 60:.1f} minutes for the forwards"
         ),
         fit_minutes=f"{result['fit_seconds'] / 60:.1f}",
+        points=result.get("points", "the prefill (the whole answer's attention)"),
+        examples=result.get("examples", result["sequences"]),
     )
 
 

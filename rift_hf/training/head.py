@@ -25,34 +25,53 @@ from ..policies.selection_head import SelectionHead
 from .selection import _future_mass, cache_fingerprint, captured_attention, window_scores
 
 
+def refresh_points(boundary: int, length: int, delta: int | None) -> list[int]:
+    """Where a policy re-selects in a sequence of `length` tokens whose prompt ends at `boundary`: the prefill only
+    (`delta=None`), or also every `delta // 2` tokens inside the answer while `delta // 2` answer tokens follow
+    (rift-dyn refreshes every `delta` verified tokens; half-steps give twice the examples of its phases)."""
+    if delta is None:
+        return [boundary]
+    step = max(1, delta // 2)
+    return list(range(boundary, length - step + 1, step))
+
+
 @torch.no_grad()
-def head_examples(model, items: list[dict], window: int, n_sink: int, path: Path | None = None) -> list[dict]:
+def head_examples(
+    model, items: list[dict], window: int, n_sink: int, path: Path | None = None, delta: int | None = None
+) -> list[dict]:
     """
-    Per sequence: `query` `[L, H_q, window, D]` (the prefill window), `key` `[L, H_kv, P, D]` (the prompt), both
-    bf16, `future` `[L, H_kv, P]` fp32, `layers` (the attention layers' indices), `scale` and `boundary` P. One
-    forward per sequence with the "rift" attention backend; with `path`, stored there and reused for the same model,
-    sequences and ranges.
+    Per sequence and selection point t (`refresh_points`; the prompt's end P without `delta`): `query`
+    `[L, H_q, window, D]` (the `window` queries before t), `key` `[L, H_kv, t, D]` (everything before t), both bf16,
+    `future` `[L, H_kv, t]` fp32 (the share of the attention of the tokens after t on each evictable position
+    `[n_sink, t - window)`: the whole answer without `delta`, the next `delta` tokens with it, the span a rift-dyn
+    selection made at t serves), `layers`, `scale` and `boundary` t. One forward per sequence with the "rift" attention
+    backend; with `path`, stored there and reused for the same model, sequences, ranges and `delta`.
     """
-    fingerprint = cache_fingerprint("head:", model, items, window, n_sink)
+    fingerprint = cache_fingerprint(f"head:{delta}:", model, items, window, n_sink)
     if path is not None and Path(path).exists():
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
             if meta.get("fingerprint") == fingerprint:
                 layers = [int(i) for i in meta["layers"].split(",")]
+                keys = [f.get_tensor(f"key.{i}") for i in range(len(items))]
+                owners = [int(i) for i in meta["owners"].split(",")]
+                points = [int(t) for t in meta["points"].split(",")]
                 return [
                     {
-                        **{name: f.get_tensor(f"{name}.{i}") for name in ("query", "key", "future")},
+                        "query": f.get_tensor(f"query.{j}"),
+                        "key": keys[owner][:, :, :t],
+                        "future": f.get_tensor(f"future.{j}"),
                         "layers": layers,
                         "scale": float(meta["scale"]),
-                        "boundary": int(item["boundary"]),
+                        "boundary": t,
                     }
-                    for i, item in enumerate(items)
+                    for j, (owner, t) in enumerate(zip(owners, points, strict=True))
                 ]
     was_training = model.training
     model.eval()
-    out = []
+    out, keys, owners = [], [], []
     tick = time.perf_counter()
-    for item in tqdm(items, desc="selection-head examples"):
+    for index, item in enumerate(tqdm(items, desc="selection-head examples")):
         ids, boundary = item["input_ids"][None].to(model.device), int(item["boundary"])
         if not n_sink < boundary - window:
             raise ValueError(f"A prompt of {boundary} tokens leaves no evictable position with window {window}.")
@@ -62,24 +81,36 @@ def head_examples(model, items: list[dict], window: int, n_sink: int, path: Path
             raise ValueError("No attention was captured: load the drafter with attn_implementation='rift'.")
         layers = sorted(captured)
         scale = captured[layers[0]][2]
-        out.append(
-            {
-                "query": torch.stack([captured[i][0][0, :, boundary - window : boundary] for i in layers]).bfloat16(),
-                "key": torch.stack([captured[i][1][0, :, :boundary] for i in layers]).bfloat16(),
-                "future": torch.stack([_future_mass(*captured[i], boundary, window, n_sink) for i in layers]),
-                "layers": layers,
-                "scale": float(scale),
-                "boundary": boundary,
-            }
-        )
+        points = refresh_points(boundary, ids.shape[1], delta)
+        keys.append(torch.stack([captured[i][1][0, :, : points[-1]] for i in layers]).bfloat16())
+        for t in points:
+            end = ids.shape[1] if delta is None else min(ids.shape[1], t + delta)
+            future = [_future_mass(q[..., :end, :], k[..., :end, :], sc, t, window, n_sink) for q, k, sc in
+                      (captured[i] for i in layers)]  # fmt: skip
+            out.append(
+                {
+                    "query": torch.stack([captured[i][0][0, :, t - window : t] for i in layers]).bfloat16(),
+                    "key": keys[-1][:, :, :t],
+                    "future": torch.stack(future),
+                    "layers": layers,
+                    "scale": float(scale),
+                    "boundary": t,
+                }
+            )
+            owners.append(index)
     model.train(was_training)
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        names = ("query", "key", "future")
-        tensors = {f"{name}.{i}": e[name].contiguous() for i, e in enumerate(out) for name in names}
-        layers = ",".join(map(str, out[0]["layers"]))
-        meta = {"fingerprint": fingerprint, "layers": layers, "scale": str(out[0]["scale"])}
-        meta["seconds"] = str(time.perf_counter() - tick)  # what the forwards cost, read back by `forward_seconds`
+        tensors = {f"key.{i}": k.contiguous() for i, k in enumerate(keys)}
+        tensors |= {f"{name}.{j}": e[name].contiguous() for j, e in enumerate(out) for name in ("query", "future")}
+        meta = {
+            "fingerprint": fingerprint,
+            "layers": ",".join(map(str, out[0]["layers"])),
+            "scale": str(out[0]["scale"]),
+            "owners": ",".join(map(str, owners)),
+            "points": ",".join(str(e["boundary"]) for e in out),
+            "seconds": str(time.perf_counter() - tick),  # what the forwards cost, read back by `forward_seconds`
+        }
         save_file(tensors, str(path), metadata=meta)
     return out
 
@@ -182,6 +213,7 @@ def run_head(
     eval_per_task: int = 8,
     gamma: int = 11,
     replay: bool = True,
+    refresh: bool = False,
     before_dir: Path | None = None,
     after_dir: Path | None = None,
     targets_dir: Path = Path("benchmarks/results/targets"),
@@ -196,7 +228,9 @@ def run_head(
     replay` prompt set, before (`before_dir`, resumed) and with the head (`after_dir`). The drafter's weights are not
     touched, so its full-cache rows are carried from `before_dir` into `after_dir` instead of replayed again.
     `out/model` is a Hub-ready drafter folder: the unchanged weights, the tokenizer, `selection_head.safetensors` and
-    `rift_config.json` naming it.
+    `rift_config.json` naming it. With `refresh`, the examples are taken at rift-dyn's refresh points too
+    (`refresh_points` with `delta`: the decode queries before each point, the next `delta` tokens' attention as the
+    target) instead of at the prefill alone.
     """
     import datetime
     import json
@@ -222,9 +256,16 @@ def run_head(
     use_rift_attention(draft, shape)
     train_items = training_sequences(tokenizer, TRAIN_MODULES, prompt_tokens, answer_tokens)
     proxy_items = training_sequences(tokenizer, PROXY_MODULES, prompt_tokens, answer_tokens)
-    cached = [out / f"head-examples-{prompt_tokens}.safetensors", out / f"head-proxy-{prompt_tokens}.safetensors"]
-    examples = head_examples(draft, train_items, window, shape.n_sink, cached[0])
-    proxy_examples = head_examples(draft, proxy_items, window, shape.n_sink, cached[1])
+    points = delta if refresh else None
+    kind = f"-refresh{delta}" if refresh else ""
+    cached = [out / f"head-{name}-{prompt_tokens}{kind}.safetensors" for name in ("examples", "proxy")]
+    examples = head_examples(draft, train_items, window, shape.n_sink, cached[0], delta=points)
+    proxy_examples = head_examples(draft, proxy_items, window, shape.n_sink, cached[1], delta=points)
+    owner = [
+        i
+        for i, item in enumerate(proxy_items)
+        for _ in refresh_points(item["boundary"], len(item["input_ids"]), points)
+    ]
     seconds = [forward_seconds(path) for path in cached]  # the forwards may have run in an earlier invocation
     examples_seconds = None if None in seconds else sum(seconds)
 
@@ -232,7 +273,9 @@ def run_head(
         return {
             f"{c:g}x": {
                 task: head_recall(
-                    head, [e for e, i in zip(proxy_examples, proxy_items, strict=True) if i["name"].startswith(task)], c
+                    head,
+                    [e for e, i in zip(proxy_examples, owner, strict=True) if proxy_items[i]["name"].startswith(task)],
+                    c,
                 )
                 for task in TASKS
             }
@@ -289,6 +332,10 @@ def run_head(
         "epochs": epochs,
         "learning_rate": learning_rate,
         "sequences": len(train_items),
+        "examples": len(examples),
+        "points": f"the prefill and every {delta // 2} answer tokens (next {delta} tokens' attention)"
+        if refresh
+        else "the prefill (the whole answer's attention)",
         "prompt_tokens": prompt_tokens,
         "answer_tokens": answer_tokens,
         "train_modules": [m for m in TRAIN_MODULES if any(i["name"].endswith(f":{m}") for i in train_items)],
