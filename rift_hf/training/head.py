@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from ..kernels import pool_scores
-from ..policies.selection_head import SelectionHead
+from ..policies.selection_head import HEAD_NAME, SelectionHead
 from .selection import _future_mass, cache_fingerprint, captured_attention, window_scores
 
 
@@ -257,6 +257,11 @@ def run_head(
     train_items = training_sequences(tokenizer, TRAIN_MODULES, prompt_tokens, answer_tokens)
     proxy_items = training_sequences(tokenizer, PROXY_MODULES, prompt_tokens, answer_tokens)
     points = delta if refresh else None
+    points_text = (
+        f"the prefill and every {delta // 2} answer tokens (next {delta} tokens' attention)"
+        if refresh
+        else "the prefill (the whole answer's attention)"
+    )
     kind = f"-refresh{delta}" if refresh else ""
     cached = [out / f"head-{name}-{prompt_tokens}{kind}.safetensors" for name in ("examples", "proxy")]
     examples = head_examples(draft, train_items, window, shape.n_sink, cached[0], delta=points)
@@ -282,14 +287,28 @@ def run_head(
             for c in compressions
         }
 
-    head = SelectionHead.for_model(draft.config)
-    recall_before = recall(None)
-    fit_tick = time.perf_counter()
-    log = train_selection_head(head, examples, epochs=epochs, lr=learning_rate, n_sink=shape.n_sink, window=window)
-    fit_seconds = time.perf_counter() - fit_tick
-    recall_after = recall(head)
     model_dir = out / "model"
-    head_path = head.save(model_dir, {"preset": preset, "policy": policy, "window": window})
+    fit = {"policy": policy, "epochs": epochs, "learning_rate": learning_rate, "sequences": len(train_items),
+           "examples": len(examples), "prompt_tokens": prompt_tokens, "answer_tokens": answer_tokens,
+           "window": window, "points": points_text}  # fmt: skip
+    earlier = json.loads((out / "eval.json").read_text()) if (out / "eval.json").is_file() else None
+    if earlier is not None and (model_dir / HEAD_NAME).is_file() and all(earlier.get(k) == v for k, v in fit.items()):
+        # The same fit already ran (e.g. a proxy-only run): its head is reused, and its loss and time reported.
+        head = SelectionHead.load(model_dir)
+        per_epoch, fit_seconds = earlier["loss_per_epoch"], earlier["fit_seconds"]
+        recall_before, recall_after = earlier["recall_before"], earlier["recall_after"]
+        if set(recall_after) != {f"{c:g}x" for c in compressions}:
+            recall_before, recall_after = recall(None), recall(head)
+        head_path = model_dir / HEAD_NAME
+    else:
+        recall_before = recall(None)
+        fit_tick = time.perf_counter()
+        log = train_selection_head(head := SelectionHead.for_model(draft.config), examples, epochs=epochs,
+                                   lr=learning_rate, n_sink=shape.n_sink, window=window)  # fmt: skip
+        fit_seconds = time.perf_counter() - fit_tick
+        per_epoch = [statistics.mean(log[i : i + len(examples)]) for i in range(0, len(log), len(examples))]
+        recall_after = recall(head)
+        head_path = head.save(model_dir, {"preset": preset, "policy": policy, "window": window})
 
     before = after = None
     before_dir = Path(before_dir) if before_dir is not None else out / "replay-before"
@@ -321,7 +340,6 @@ def run_head(
     recommended = {"policy": policy, "budget": 1.0 / compressions[0], "window": window,
                    "selection_head": head_path.name}  # fmt: skip
     RiftConfig.from_dict(recommended).save_pretrained(model_dir)
-    per_epoch = [statistics.mean(log[i : i + len(examples)]) for i in range(0, len(log), len(examples))]
     result = {
         "kind": "selection-head",
         "preset": preset,
@@ -333,9 +351,7 @@ def run_head(
         "learning_rate": learning_rate,
         "sequences": len(train_items),
         "examples": len(examples),
-        "points": f"the prefill and every {delta // 2} answer tokens (next {delta} tokens' attention)"
-        if refresh
-        else "the prefill (the whole answer's attention)",
+        "points": points_text,
         "prompt_tokens": prompt_tokens,
         "answer_tokens": answer_tokens,
         "train_modules": [m for m in TRAIN_MODULES if any(i["name"].endswith(f":{m}") for i in train_items)],
