@@ -505,19 +505,17 @@ def replay_compare(
     fix_draft_length(draft, gamma=gamma)
     prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
     records = []
+    cached = {p.name: cached_target_output(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype)
+              for p in prompts}  # fmt: skip
     if cached_only:
-        missing = [
-            p.name
-            for p in prompts
-            if cached_target_output(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype) is None
-        ]
+        missing = [p.name for p in prompts if cached[p.name] is None]
         if missing:
             print(f"replay: no cached target output yet for {', '.join(missing)}; left out (--cached-only)")
         prompts = [p for p in prompts if p.name not in missing]
         if not prompts:
             raise ValueError(f"No prompt has a cached target output under {targets_dir}; run without --cached-only.")
     for prompt in prompts:
-        record = cached_target_output(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
+        record = cached[prompt.name]
         if record is None:
             path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
             if target is None:

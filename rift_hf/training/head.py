@@ -44,8 +44,9 @@ def head_examples(
     `[L, H_q, window, D]` (the `window` queries before t), `key` `[L, H_kv, t, D]` (everything before t), both bf16,
     `future` `[L, H_kv, t]` fp32 (the share of the attention of the tokens after t on each evictable position
     `[n_sink, t - window)`: the whole answer without `delta`, the next `delta` tokens with it, the span a rift-dyn
-    selection made at t serves), `layers`, `scale` and `boundary` t. One forward per sequence with the "rift" attention
-    backend; with `path`, stored there and reused for the same model, sequences, ranges and `delta`.
+    selection made at t serves), `layers`, `scale`, `boundary` t and `sequence` (the item's index). One forward per
+    sequence with the "rift" attention backend; with `path`, stored there and reused for the same model, sequences,
+    ranges and `delta`.
     """
     fingerprint = cache_fingerprint(f"head:{delta}:", model, items, window, n_sink)
     if path is not None and Path(path).exists():
@@ -64,12 +65,13 @@ def head_examples(
                         "layers": layers,
                         "scale": float(meta["scale"]),
                         "boundary": t,
+                        "sequence": owner,
                     }
                     for j, (owner, t) in enumerate(zip(owners, points, strict=True))
                 ]
     was_training = model.training
     model.eval()
-    out, keys, owners = [], [], []
+    out, keys = [], []
     tick = time.perf_counter()
     for index, item in enumerate(tqdm(items, desc="selection-head examples")):
         ids, boundary = item["input_ids"][None].to(model.device), int(item["boundary"])
@@ -95,9 +97,9 @@ def head_examples(
                     "layers": layers,
                     "scale": float(scale),
                     "boundary": t,
+                    "sequence": index,
                 }
             )
-            owners.append(index)
     model.train(was_training)
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +109,7 @@ def head_examples(
             "fingerprint": fingerprint,
             "layers": ",".join(map(str, out[0]["layers"])),
             "scale": str(out[0]["scale"]),
-            "owners": ",".join(map(str, owners)),
+            "owners": ",".join(str(e["sequence"]) for e in out),
             "points": ",".join(str(e["boundary"]) for e in out),
             "seconds": str(time.perf_counter() - tick),  # what the forwards cost, read back by `forward_seconds`
         }
@@ -266,11 +268,6 @@ def run_head(
     cached = [out / f"head-{name}-{prompt_tokens}{kind}.safetensors" for name in ("examples", "proxy")]
     examples = head_examples(draft, train_items, window, shape.n_sink, cached[0], delta=points)
     proxy_examples = head_examples(draft, proxy_items, window, shape.n_sink, cached[1], delta=points)
-    owner = [
-        i
-        for i, item in enumerate(proxy_items)
-        for _ in refresh_points(item["boundary"], len(item["input_ids"]), points)
-    ]
     seconds = [forward_seconds(path) for path in cached]  # the forwards may have run in an earlier invocation
     examples_seconds = None if None in seconds else sum(seconds)
 
@@ -279,7 +276,7 @@ def run_head(
             f"{c:g}x": {
                 task: head_recall(
                     head,
-                    [e for e, i in zip(proxy_examples, owner, strict=True) if proxy_items[i]["name"].startswith(task)],
+                    [e for e in proxy_examples if proxy_items[e["sequence"]]["name"].startswith(task)],
                     c,
                 )
                 for task in TASKS
