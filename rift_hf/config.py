@@ -59,6 +59,10 @@ class RiftConfig:
         pages_ahead (`int`, *optional*): for `page-ahead` and `page-round`, how many following pages a chosen page
             brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 2 for
             `page-round`, 0 otherwise).
+        tokens_ahead (`int`, defaults to 0): for policies that select tokens by score (snapkv, rift-stat,
+            rift-stat-block, rift-dyn, rift-ada, page-ahead), each position's score is raised to the highest among
+            it and the `tokens_ahead` positions before it, so a chosen token brings the ones after it (copying reads
+            forward; `pages_ahead` is the page-level counterpart).
         delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.
@@ -108,6 +112,7 @@ class RiftConfig:
     pool_kernel: int = 5
     block_size: int | None = None
     pages_ahead: int | None = None
+    tokens_ahead: int = 0
     delta: int = 128
     store_device: str | None = None
     check_interval: int = 8
@@ -138,6 +143,15 @@ class RiftConfig:
             self.pages_ahead = policy_class(self.policy).pages_ahead
         if isinstance(self.pages_ahead, bool) or not isinstance(self.pages_ahead, int) or self.pages_ahead < 0:
             raise ValueError(f"`pages_ahead` must be an int >= 0, got {self.pages_ahead!r}.")
+        if isinstance(self.tokens_ahead, bool) or not isinstance(self.tokens_ahead, int) or self.tokens_ahead < 0:
+            raise ValueError(f"`tokens_ahead` must be an int >= 0, got {self.tokens_ahead!r}.")
+        chosen = policy_class(self.policy)
+        if self.tokens_ahead and (not chosen.scored or chosen.retrieves or chosen.summarises_pages):
+            raise ValueError(
+                f"Policy {self.policy!r} does not select tokens by score, so `tokens_ahead` has nothing to act on; "
+                "drop it, or use snapkv, rift-stat, rift-stat-block, rift-dyn, rift-ada or page-ahead "
+                "(page-round brings following pages with `pages_ahead`)."
+            )
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."

@@ -374,3 +374,23 @@ def test_attention_mass_log_equals_one_query_at_a_time(monkeypatch, policy):
                     cache_config=config)  # fmt: skip
     assert max(n for n, _ in checked) > 1  # chunks of several queries were measured
     assert any(r for _, r in checked) == (policy == "page-retrieval")  # and retrieved rows where a policy retrieves
+
+
+@pytest.mark.parametrize("policy", ["rift-stat", "rift-dyn", "page-ahead"])
+def test_tokens_ahead_stays_lossless_and_changes_the_selection(pairs, policy):
+    target, draft = pairs["llama"]
+    ids = make_prompt(PROMPT, seed=3)
+    reference = target.generate(ids, max_new_tokens=NEW, do_sample=False)
+    rounds = {}
+    for ahead in (0, 8):
+        out = target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=NEW,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config={"policy": policy, **SMALL, "tokens_ahead": ahead},
+        )
+        assert torch.equal(out, reference)
+        rounds[ahead] = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
+    assert rounds[8] != rounds[0]  # the carried scores chose other tokens

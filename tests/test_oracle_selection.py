@@ -67,3 +67,13 @@ def test_shifted_scoring_carries_each_score_forward(monkeypatch):
     assert shifted[0, 0].nonzero().flatten().tolist() == [3, 4, 5, 6, 7]
     assert shifted[0, 1].nonzero().flatten().tolist() == [9, 10, 11]
     assert policy_base.snapkv_scores(None, None, 1.0).equal(spike)  # restored
+
+
+def test_tokens_ahead_replays_as_the_benchmark_shift():
+    target, draft = draft_target_pair("llama", 4)
+    use_rift_attention(draft, RiftConfig(policy="rift-dyn", **SMALL))
+    record = target_output(target, make_prompt(40, seed=3), 40)
+    with shifted_scoring(6):
+        shifted = [(r["drafted"], r["accepted"]) for r in replay(draft, record, {"policy": "rift-dyn", **SMALL}).rounds]
+    configured = replay(draft, record, {"policy": "rift-dyn", **SMALL, "tokens_ahead": 6}).rounds
+    assert [(r["drafted"], r["accepted"]) for r in configured] == shifted

@@ -296,3 +296,32 @@ def test_rank_pages_ahead_orders_like_two_stable_sorts_with_ties_and_signs():
         for h in range(3):
             expected = sorted(range(40), key=lambda p: (-float(lifted[h, p]), -float(pages[h, p]), p))
             assert rank_pages_ahead(pages, ahead)[h].tolist() == expected
+
+
+def test_tokens_ahead_carries_each_score_forward_before_selection():
+    from rift_hf.policies import carry_forward, snapkv_scores
+
+    scores = torch.tensor([[[0.0, 5, 0, 0, 1, 0, 0, 0, 2, 0]]])
+    assert carry_forward(scores, 2).tolist() == [[[0.0, 5, 5, 5, 1, 1, 1, 0, 2, 2]]]
+    assert carry_forward(scores, 0) is scores
+    g = torch.Generator().manual_seed(1)
+    query, keys = torch.randn(1, 4, 4, 8, generator=g), torch.randn(1, 2, 32, 8, generator=g)
+    policy = RiftConfig(policy="rift-dyn", budget=16, window=4, tokens_ahead=3).policy_object
+    expected = carry_forward(snapkv_scores(query, keys, 0.3), 3)
+    torch.testing.assert_close(policy.score(query, keys, 0.3, None), expected)
+    picked = policy.select(policy.score(query, keys, 0.3, None), 1, 28, 6)
+    plain = RiftConfig(policy="rift-dyn", budget=16, window=4).policy_object
+    assert not torch.equal(picked, plain.select(plain.score(query, keys, 0.3, None), 1, 28, 6))
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.0])
+def test_tokens_ahead_must_be_a_non_negative_int(value):
+    with pytest.raises(ValueError, match="tokens_ahead"):
+        RiftConfig(policy="rift-dyn", tokens_ahead=value)
+
+
+@pytest.mark.parametrize("policy", ["full", "swa", "page-round", "page-retrieval"])
+def test_tokens_ahead_is_refused_where_no_token_is_selected_by_score(policy):
+    with pytest.raises(ValueError, match="does not select tokens by score"):
+        RiftConfig(policy=policy, tokens_ahead=4)
+    RiftConfig(policy=policy, tokens_ahead=0)

@@ -18,7 +18,7 @@ from . import (  # noqa: F401
 # isort: on
 from .base import Policy, policy_class, policy_names, register
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
-from .scorers import block_scores, snapkv_scores
+from .scorers import block_scores, carry_forward, snapkv_scores
 from .selection import keep_mask, select_blocks, select_tokens
 
 __all__ = [
@@ -37,5 +37,6 @@ __all__ = [
     "schedule_for",
     "select_blocks",
     "select_tokens",
+    "carry_forward",
     "snapkv_scores",
 ]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from .schedules import Once, Schedule
-from .scorers import snapkv_scores
+from .scorers import carry_forward, snapkv_scores
 from .selection import select_tokens
 
 if TYPE_CHECKING:
@@ -111,9 +111,12 @@ class Policy:
 
     # Scoring and selection -------------------------------------------------------------------------------------
     def score(self, query: torch.Tensor, keys: torch.Tensor, scale: float, sinks: torch.Tensor | None):
-        """`[B, H_kv, T]` importance of each key position from the latest queries `[B, H_q, W, D]`."""
+        """`[B, H_kv, T]` importance of each key position from the latest queries `[B, H_q, W, D]` (carried
+        `tokens_ahead` positions forward)."""
         config = self.config
-        return snapkv_scores(query, keys, scale, config.pool, config.pool_kernel, sinks)
+        return carry_forward(
+            snapkv_scores(query, keys, scale, config.pool, config.pool_kernel, sinks), config.tokens_ahead
+        )
 
     def select(self, scores: torch.Tensor, lo: int, hi: int, count: int) -> torch.Tensor:
         """`scores` `[B, H_kv, T]` -> up to `count` positions per KV head among `[lo, hi)`, `[H_kv, S]` ascending."""

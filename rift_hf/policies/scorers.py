@@ -27,4 +27,16 @@ def snapkv_scores(
     return pool_scores(window_attention_scores(query, key, scale, sinks), kernel, pool)
 
 
-__all__ = ["block_scores", "snapkv_scores"]
+def carry_forward(scores: torch.Tensor, steps: int) -> torch.Tensor:
+    """
+    Raise each position's score to the highest among it and the `steps` positions before it (`scores` `[B, H, T]`,
+    non-negative): a high-scoring token lends its score to the `steps` tokens after it, which text being copied
+    reads next.
+    """
+    if steps == 0:
+        return scores
+    padded = torch.nn.functional.pad(scores, (steps, 0))
+    return torch.nn.functional.max_pool1d(padded, kernel_size=steps + 1, stride=1)
+
+
+__all__ = ["block_scores", "carry_forward", "snapkv_scores"]
