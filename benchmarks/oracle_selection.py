@@ -26,7 +26,7 @@ import torch
 import rift_hf.policies.base as policy_base
 from kernels import pool_scores
 from rift_hf.cache import RiftCache
-from rift_hf.cli import machine, policy_config, summarise
+from rift_hf.cli import machine, policy_config, summarise, write_into_readme
 from rift_hf.config import RiftConfig
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import fix_draft_length
@@ -118,12 +118,22 @@ def main(argv=None) -> None:
     parser.add_argument("--delta", type=int, default=128)
     parser.add_argument("--before", type=Path, default=E1, help="replay folder with the same prompts (full + policies)")
     parser.add_argument("--targets", type=Path, default=Path("benchmarks/results/targets"))
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--table", type=Path, nargs="+", help="render these summary.json files as one markdown table")
+    parser.add_argument("--docs", type=Path, help="with --table: write it into this file's selection-ceiling block")
     parser.add_argument("--shift", type=int, help="no oracle: the policy's own scores carried this many positions on")
     parser.add_argument("--summary-only", action="store_true", help="write summary.json from the rows already there")
     args = parser.parse_args(argv)
     from tqdm.auto import tqdm
 
+    if args.table:
+        table = render_table([json.loads(path.read_text()) for path in args.table])
+        if args.docs is not None:
+            write_into_readme(table, args.docs, "selection-ceiling")
+        print(table, end="")
+        return
+    if args.out is None:
+        parser.error("--out is required (the folder of rows.jsonl and summary.json)")
     policies, tasks = args.policies.split(","), tuple(args.tasks.split(","))
     if args.summary_only:
         write_summary(args, policies, tasks)
@@ -177,6 +187,7 @@ def main(argv=None) -> None:
             "rescorings": len(stats.rescorings),
             "replay_seconds": time.perf_counter() - tick,
             "forward_seconds": forward_seconds,
+            "machine": machine(),
         }
         with rows_path.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -220,7 +231,7 @@ def write_summary(args, policies, tasks) -> dict:
         "delta": args.delta,
         "before": str(args.before),
         "dtype": "drafter float32, target bfloat16",
-        "machine": machine(),
+        "machine": "; ".join(sorted({r.get("machine", "unrecorded") for r in rows})),  # where the rows ran
         "date": datetime.date.today().isoformat(),
         "tasks": by_task,
     }
@@ -229,6 +240,39 @@ def write_summary(args, policies, tasks) -> dict:
         for block in blocks:
             print(task, len(block["prompts"]), {s["policy"]: round(s["retention"], 3) for s in block["summary"]})
     return summary
+
+
+def render_table(summaries: list[dict]) -> str:
+    """One markdown row per compression, regime and variant: prompts, full-cache AL, the policy's retention as it is
+    and with the variant (mean over prompts, with the per-prompt range)."""
+
+    def cell(block: dict, label: str) -> str:
+        values = list(block["per_prompt"][label].values())
+        mean = sum(values) / len(values)
+        return f"{mean:.3f} ({min(values):.2f}-{max(values):.2f})"
+
+    lines = [
+        "| compression | regime | policy | scored with | prompts | full-cache AL | retention as it is | retention so |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for summary in summaries:
+        for task, blocks in summary["tasks"].items():
+            for block in blocks:
+                variant = block["variant"]
+                base, kind = variant.rsplit("-", 1)
+                how = "the queries to come (oracle)" if kind == "oracle" else f"own queries, `tokens_ahead={kind[5:]}`"
+                full = next(s["al"] for s in block["summary"] if s["policy"] == "full")
+                lines.append(
+                    f"| {summary['compression']:g}x | {task} | {base} | {how} | {len(block['prompts'])} | {full:.2f} | "
+                    f"{cell(block, base)} | {cell(block, variant)} |"
+                )
+    first = summaries[0]
+    lines.append(
+        f"\n{first['preset']}, ~{first['input_tokens']} prompt tokens, {first['new_tokens']} new tokens, "
+        f"gamma={first['gamma']}, window {first['window']}, Δ = {first['delta']}, {first['dtype']}, by replay; "
+        f"{first['machine']}, {first['date']}; `python -m benchmarks.oracle_selection` (`summary.json` by the rows)."
+    )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
