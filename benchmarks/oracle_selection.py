@@ -30,6 +30,7 @@ from rift_hf.cli import machine, policy_config, summarise, write_into_readme
 from rift_hf.config import RiftConfig
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import fix_draft_length
+from rift_hf.policies import carry_forward
 from rift_hf.prompts import prompt_set
 from rift_hf.replay import cached_target_output, capture_prefill, replay, replay_models
 from rift_hf.training.selection import captured_attention
@@ -81,13 +82,12 @@ def oracle_scoring(future: dict[int, torch.Tensor], span: int, lead: int = 0):
 def shifted_scoring(shift: int):
     """Within the block the policies' own scores are carried `shift` positions forward (each position gets the
     highest score among itself and the `shift` before it): a fixed guess that what was read recently is followed by
-    what comes right after it in the prompt, as when text is copied. Not an oracle: it uses the policy's own queries."""
+    what comes right after it in the prompt, as when text is copied. Not an oracle: it uses the policy's own queries.
+    The same as `RiftConfig(tokens_ahead=shift)` (tested), kept because the committed `shift` rows ran through it."""
     own_scores = policy_base.snapkv_scores
 
     def snapkv_scores(query, key, scale, pool="avg", kernel=5, sinks=None):
-        scores = own_scores(query, key, scale, pool, kernel, sinks)
-        padded = torch.nn.functional.pad(scores, (shift, 0))  # scores are >= 0
-        return torch.nn.functional.max_pool1d(padded, kernel_size=shift + 1, stride=1)
+        return carry_forward(own_scores(query, key, scale, pool, kernel, sinks), shift)
 
     policy_base.snapkv_scores = snapkv_scores
     try:
