@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 import rift_hf.policies.base as policy_base
-from kernels import pool_scores
+from kernels import pool_scores, reference
 from rift_hf.cache import RiftCache
 from rift_hf.cli import machine, policy_config, summarise, write_into_readme
 from rift_hf.config import RiftConfig
@@ -40,17 +40,7 @@ E1 = Path("benchmarks/results/E1/qwen-coder/replay-4096in-512tok-8per-task")
 
 def unmasked_scores(query, key, scale, pool="avg", kernel=5, sinks=None):
     """SnapKV scores `[B, H_kv, T]` from queries that all come after `key` (no causal mask; sinks in the softmax)."""
-    batch, h_q, span, dim = query.shape
-    h_kv, length = key.shape[1], key.shape[2]
-    q = (query.float() * scale).reshape(batch, h_kv, (h_q // h_kv) * span, dim)
-    logits = torch.matmul(q, key.float().transpose(-1, -2))
-    if sinks is not None:
-        sink = sinks.float().view(1, h_kv, h_q // h_kv, 1, 1).expand(batch, h_kv, h_q // h_kv, span, 1)
-        logits = torch.cat([logits.view(batch, h_kv, h_q // h_kv, span, length), sink], dim=-1)
-        probs = torch.softmax(logits, dim=-1)[..., :-1]
-    else:
-        probs = torch.softmax(logits, dim=-1).view(batch, h_kv, h_q // h_kv, span, length)
-    return pool_scores(probs.sum(dim=3).mean(dim=2), kernel, pool)
+    return pool_scores(reference.window_attention_scores(query, key, scale, sinks, causal=False), kernel, pool)
 
 
 @contextlib.contextmanager

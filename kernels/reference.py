@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 
 def window_attention_scores(
-    query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None = None
+    query: torch.Tensor, key: torch.Tensor, scale: float, sinks: torch.Tensor | None = None, causal: bool = True
 ) -> torch.Tensor:
     """
     SnapKV observation-window scores.
@@ -17,6 +17,7 @@ def window_attention_scores(
         key: `[B, H_kv, T, D]`, `H_q` a multiple of `H_kv`.
         scale: softmax scale.
         sinks: optional `[H_q]` extra logits in the softmax denominator (GPT-OSS attention sinks).
+        causal: `False` for queries that all come after `key` (they see every key; any number of them).
 
     Returns:
         `[B, H_kv, T]` fp32: softmax attention (causal inside the window) summed over the `W` queries and averaged
@@ -26,7 +27,7 @@ def window_attention_scores(
     h_kv, length = key.shape[1], key.shape[2]
     if h_q % h_kv:
         raise ValueError(f"query heads ({h_q}) must be a multiple of key heads ({h_kv}).")
-    if window > length:
+    if causal and window > length:
         raise ValueError(f"window ({window}) is longer than the keys ({length}).")
     group = h_q // h_kv
     # One batched matmul per KV head (the scale folded into the queries), then the softmax in place: at decode-time
@@ -34,8 +35,9 @@ def window_attention_scores(
     q = (query.float() * scale).reshape(batch, h_kv, group * window, -1)
     logits = torch.matmul(q, key.float().transpose(-1, -2)).view(batch, h_kv, group, window, length)
     # Causal inside the window: the query at position T - W + i sees keys up to it; only the last W keys can be late.
-    late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1)
-    logits[..., length - window :].masked_fill_(late, float("-inf"))
+    if causal:
+        late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1)
+        logits[..., length - window :].masked_fill_(late, float("-inf"))
     if sinks is not None:
         sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, window, 1)
         probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
