@@ -533,18 +533,34 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
     return "\n".join(blocks)
 
 
+def _replay_rows(run_dir: Path):
+    """
+    `(compression, budget_tokens, rows)` of each rows.jsonl of a replay run: `<c>x/` folders (a compression, budget
+    None) ascending, then `<N>tok/` folders (a budget in tokens, compression None: E3's fixed budget) ascending.
+    """
+    folders = [(float(p.parent.name[:-1]), None, p) for p in Path(run_dir).glob("*x/rows.jsonl")]
+    folders.sort(key=lambda f: f[0])
+    tokens = [(None, int(p.parent.name[:-3]), p) for p in Path(run_dir).glob("*tok/rows.jsonl")]
+    for compression, budget, path in folders + sorted(tokens, key=lambda f: f[1]):
+        yield compression, budget, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _size(compression: float | None, budget_tokens: int | None) -> str:
+    """A compression (`4x`) or a fixed budget (`512 tok`), as a label."""
+    return f"{compression:g}x" if compression is not None else f"{budget_tokens} tok"
+
+
 def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> list[dict]:
     """
-    Per compression (`<run_dir>/<c>x/rows.jsonl`), policy and regime (task) of a replay run: the per-prompt
-    retention (AL over the same prompt's `full` AL) over the prompts that have both rows, as mean, min, median and max,
-    with the mean AL, peak working-set (KV) bytes and peak store bytes. Policies in the order first written (only
-    `policies`, when given), compressions ascending. With `common`, only the prompts that have a row for every policy
-    shown at that compression count (a run still in progress, compared like with like).
+    Per compression (`<run_dir>/<c>x/rows.jsonl`, or a fixed budget: `<N>tok/rows.jsonl`), policy and regime (task)
+    of a replay run: the per-prompt retention (AL over the same prompt's `full` AL) over the prompts that have both
+    rows, as mean, min, median and max, with the mean input length, AL, peak working-set (KV) bytes and peak store
+    bytes. Policies in the order first written (only `policies`, when given), compressions ascending. With `common`,
+    only the prompts that have a row for every policy shown at that compression count (a run still in progress,
+    compared like with like).
     """
     out = []
-    paths = sorted(Path(run_dir).glob("*x/rows.jsonl"), key=lambda p: float(p.parent.name[:-1]))
-    for path in paths:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    for compression, budget_tokens, rows in _replay_rows(run_dir):
         if common:
             shown = {r["policy"] for r in rows if policies is None or r["policy"] in policies} | {"full"}
             have = {r["prompt"] for r in rows}
@@ -562,10 +578,13 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool =
                 ratios = [r["al"] / full[r["prompt"]] for r in mine]
                 out.append(
                     {
-                        "compression": float(path.parent.name[:-1]),
+                        "compression": compression,
+                        "budget_tokens": budget_tokens,
+                        "size": _size(compression, budget_tokens),
                         "policy": policy,
                         "task": task,
                         "prompts": len(mine),
+                        "input_tokens": _mean(mine, "input_tokens"),
                         "retention": statistics.mean(ratios),
                         "retention_min": min(ratios),
                         "retention_median": statistics.median(ratios),
@@ -588,7 +607,7 @@ def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool 
     ]  # fmt: skip
     rows = [
         [
-            f"{r['compression']:g}x",
+            r["size"],
             r["policy"],
             r["task"],
             r["prompts"],
@@ -603,24 +622,110 @@ def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool 
     return pipe_table(headers, rows) + "\n"
 
 
-def regime_wide_table(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> str:
+def regime_wide_table(run_dirs: Path | list[Path], policies: list[str] | None = None, common: bool = False) -> str:
     """`regime_rows` as one row per policy and one column per compression and regime: mean retention, per-prompt
-    range and prompt count."""
-    rows = regime_rows(run_dir, policies, common)
-    columns = list(dict.fromkeys((r["compression"], r["task"]) for r in rows))
-    cells = {(r["policy"], r["compression"], r["task"]): r for r in rows}
+    range and prompt count. Several replay folders (E3's input lengths) go side by side, each column headed by its
+    mean input length."""
+    dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    cells, columns = {}, {}
+    for run_dir in dirs:
+        rows = regime_rows(run_dir, policies, common)
+        inputs = _mean(rows, "input_tokens")
+        where = Path(run_dir).name if inputs is None else f"~{inputs / 1024:.0f}K in"
+        for r in rows:
+            column = (str(run_dir), r["size"], r["task"])
+            head = f"{r['size']} {r['task']}"
+            columns[column] = head if len(dirs) == 1 else f"{where}, {head}"
+            cells[(r["policy"], *column)] = r
     table = []
-    for policy in dict.fromkeys(r["policy"] for r in rows):
+    for policy in dict.fromkeys(policy for policy, *_ in cells):
         row = [policy]
-        for c, task in columns:
-            r = cells.get((policy, c, task))
+        for column in columns:
+            r = cells.get((policy, *column))
             row.append(
                 "-"
                 if r is None
                 else f"**{r['retention']:.2f}** ({r['retention_min']:.2f}-{r['retention_max']:.2f}, n={r['prompts']})"
             )
         table.append(row)
-    return pipe_table(["policy"] + [f"{c:g}x {task}" for c, task in columns], table) + "\n"
+    return pipe_table(["policy", *columns.values()], table) + "\n"
+
+
+def staleness_rows(run_dir: Path, policies: list[str] | None = None, bucket: int = 64) -> list[dict]:
+    """
+    Staleness per compression, policy (`full` included) and regime of a replay run (E2): the AL of the rounds in the
+    first vs second half of the output and the share of full-cache attention mass on what the policy keeps in the first
+    vs last quarter (`staleness`, pooled over the regime's prompts; mass None unless replayed with
+    `--attention-mass`), and the curves behind them: `al_curve` and `mass_curve`, `(bucket start, mean)` per `bucket`
+    generated tokens. Where the regime has `full` rows, `retention_early` / `retention_late` divide each half's AL by
+    the full cache's AL in the same half.
+    """
+    from .plots import al_by_position
+
+    out = []
+    for compression, budget_tokens, rows in _replay_rows(run_dir):
+        for policy in dict.fromkeys(r["policy"] for r in rows):
+            if policies is not None and policy != "full" and policy not in policies:
+                continue
+            for task in dict.fromkeys(r["task"] for r in rows):
+                mine = [r for r in rows if r["policy"] == policy and r["task"] == task]
+                if not mine:
+                    continue
+                al, mass = {}, {}
+                for r in mine:
+                    for start, value in al_by_position(r["accepted"], bucket):
+                        al.setdefault(start, []).append(value)
+                    for position, share in r.get("attention_mass") or []:
+                        mass.setdefault((position - r["input_tokens"]) // bucket * bucket, []).append(share)
+                out.append(
+                    {
+                        "compression": compression,
+                        "budget_tokens": budget_tokens,
+                        "size": _size(compression, budget_tokens),
+                        "policy": policy,
+                        "task": task,
+                        "prompts": len(mine),
+                        "new_tokens": mine[0]["output_tokens"],
+                        **staleness(mine, mine[0]["output_tokens"]),
+                        "al_curve": [(x, statistics.mean(al[x])) for x in sorted(al)],
+                        "mass_curve": [(x, statistics.mean(mass[x])) for x in sorted(mass)],
+                    }
+                )
+        size = (compression, budget_tokens)
+        full = {r["task"]: r for r in out if (r["compression"], r["budget_tokens"]) == size and r["policy"] == "full"}
+        for r in out:
+            base = full.get(r["task"]) if (r["compression"], r["budget_tokens"]) == size else None
+            if base is not None and None not in (r["al_early"], r["al_late"], base["al_early"], base["al_late"]):
+                r["retention_early"] = r["al_early"] / base["al_early"]
+                r["retention_late"] = r["al_late"] / base["al_late"]
+    return out
+
+
+def staleness_table(run_dir: Path, policies: list[str] | None = None) -> str:
+    """Markdown of `staleness_rows`: AL first → second half and kept attention mass first → last quarter."""
+
+    def change(early, late, spec):
+        if early is None or late is None:
+            return "-"
+        return f"{early:{spec}} → {late:{spec}} ({(late / early - 1) * 100:+.0f}%)"
+
+    headers = [
+        "compression", "policy", "regime", "prompts", "AL 1st half → 2nd half", "retention 1st half → 2nd half",
+        "attention mass kept, 1st → last quarter",
+    ]  # fmt: skip
+    rows = [
+        [
+            r["size"],
+            r["policy"],
+            r["task"],
+            r["prompts"],
+            change(r["al_early"], r["al_late"], ".2f"),
+            "-" if r["policy"] == "full" else change(r.get("retention_early"), r.get("retention_late"), ".2f"),
+            "-" if r["policy"] == "full" else change(r["mass_early"], r["mass_late"], ".3f"),
+        ]
+        for r in staleness_rows(run_dir, policies)
+    ]
+    return pipe_table(headers, rows) + "\n"
 
 
 def _timing(records: list[dict], mode: str, policy: str, tokens: int, budget: int | None) -> dict | None:
@@ -666,6 +771,8 @@ def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) 
         for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
             by_prompt.setdefault((row["task"], row["policy"], float(path.parent.name[:-1])), []).append(row)
     for r in regime_rows(run_dir, policies):
+        if r["compression"] is None:  # a fixed budget (`<N>tok/`): its step timings are keyed by compression
+            continue
         mine = by_prompt[r["task"], r["policy"], r["compression"]]
         out.append({**r, "budget": statistics.mean(x["budget"] for x in mine)})
     for task in dict.fromkeys(r["task"] for r in out):
@@ -1102,8 +1209,10 @@ def main(argv=None) -> None:
     tab.add_argument(
         "result",
         type=Path,
+        nargs="+",
         help="a compare.json written by rift-hf compare or replay, a replay run's rows.jsonl, or a replay run's folder "
-        "(retention per compression, policy and regime, with its per-prompt spread)",
+        "(retention per compression, policy and regime, with its per-prompt spread); several replay folders (E3's "
+        "input lengths) give one wide table side by side, and with --plot <their parent>/retention-by-input.png",
     )
     tab.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
     tab.add_argument(
@@ -1122,7 +1231,15 @@ def main(argv=None) -> None:
         help="a compare.json: speed-up over the target alone per policy and regime (mean, then each prompt)",
     )
     tab.add_argument(
-        "--plot", action="store_true", help="also write <result>.png (a folder: <folder>/retention.png, per prompt)"
+        "--plot",
+        action="store_true",
+        help="also write <result>.png (a folder: <folder>/retention.png, per prompt; with --staleness staleness.png)",
+    )
+    tab.add_argument(
+        "--staleness",
+        action="store_true",
+        help="a replay folder (E2, replayed with --attention-mass): AL first vs second half of the output and the kept "
+        "share of full-cache attention mass first vs last quarter, per policy and regime",
     )
     tab.add_argument(
         "--policies",
@@ -1161,11 +1278,12 @@ def main(argv=None) -> None:
         install(args.preset)
         return
     for name in ("result", "path"):
-        path = getattr(args, name, None)
-        if path is None or (args.command == "summary" and args.rebuild) or Path(path).is_file():
-            continue
-        if not (args.command == "table" and Path(path).is_dir()):  # `table` also takes a replay run's folder
-            parser.error(f"{path} does not exist")
+        given = getattr(args, name, None)
+        for path in given if isinstance(given, list) else [given]:
+            if path is None or (args.command == "summary" and args.rebuild) or Path(path).is_file():
+                continue
+            if not (args.command == "table" and Path(path).is_dir()):  # `table` also takes a replay run's folder
+                parser.error(f"{path} does not exist")
     if args.command in ("card",) and not (args.out / "eval.json").is_file():
         parser.error(f"{args.out} has no eval.json: run `rift-hf train --out {args.out}` first")
     if args.command == "train":
@@ -1312,17 +1430,42 @@ def main(argv=None) -> None:
         print(f"{args.folder}: ready to publish (dry run)" if url is None else f"uploaded: {url}")
         return
     if args.command == "table":
+        for folder in args.result:
+            if folder.is_dir() and not any(folder.glob("*x/rows.jsonl")) and not any(folder.glob("*tok/rows.jsonl")):
+                parser.error(f"{folder} holds no <compression>x/ or <budget>tok/rows.jsonl (a replay run's folder)")
+        chosen = [p for p in _policy_labels(parser, args.policies) if p != "full"] if args.policies else None
+        if len(args.result) > 1:
+            if not all(folder.is_dir() for folder in args.result):
+                parser.error("several results go side by side only as replay folders (e.g. E3's input lengths)")
+            if args.estimate or args.staleness or args.by_regime:
+                parser.error("--estimate, --staleness and --by-regime take one result; several folders give retention")
+            table = regime_wide_table(args.result, chosen, args.common_prompts)
+            if args.plot:
+                from .plots import plot_input_sweep
+
+                rows = [r for folder in args.result for r in regime_rows(folder, chosen, args.common_prompts)]
+                plot_input_sweep(rows, args.result[0].parent / "retention-by-input.png")
+            if args.readme:
+                write_into_readme(table, args.readme, args.block)
+            print(table)
+            return
+        args.result = args.result[0]
         if args.common_prompts and (args.estimate or not args.result.is_dir()):
             parser.error("--common-prompts applies to a replay folder's retention table, not to --estimate or a file")
         if args.result.is_dir():
-            if not any(args.result.glob("*x/rows.jsonl")):
-                parser.error(f"{args.result} holds no <compression>x/rows.jsonl (a replay run's folder)")
-            chosen = [p for p in _policy_labels(parser, args.policies) if p != "full"] if args.policies else None
+            if args.estimate and args.staleness:
+                parser.error("--estimate and --staleness are two different tables; pass one")
             if args.estimate:
                 table = estimate_table(args.result, json.loads(args.estimate.read_text()), chosen)
+            elif args.staleness:
+                table = staleness_table(args.result, chosen)
             else:
                 table = (regime_wide_table if args.wide else regime_table)(args.result, chosen, args.common_prompts)
-            if args.plot:
+            if args.plot and args.staleness:
+                from .plots import plot_staleness
+
+                plot_staleness(staleness_rows(args.result, chosen), args.result / "staleness.png")
+            elif args.plot:
                 from .plots import plot_regimes
 
                 plot_regimes(regime_rows(args.result, chosen, args.common_prompts), args.result / "retention.png")

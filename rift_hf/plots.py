@@ -195,21 +195,21 @@ def plot_summary(records: list[dict], path: Path) -> Path:
 
 
 def plot_regimes(rows: list[dict], path: Path) -> Path:
-    """Per-prompt retention of every policy (`rift_hf.cli.regime_rows`), one panel per compression, one colour per
-    regime, the mean as a bar outline."""
+    """Per-prompt retention of every policy (`rift_hf.cli.regime_rows`), one panel per compression (or budget), one
+    colour per regime, the mean as a bar outline."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    compressions = sorted({r["compression"] for r in rows})
+    sizes = list(dict.fromkeys(r["size"] for r in rows))
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    fig, axes = plt.subplots(1, len(compressions), figsize=(5.5 * len(compressions), 3.8), squeeze=False)
-    for ax, compression in zip(axes[0], compressions, strict=True):
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.5 * len(sizes), 3.8), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
         for t, task in enumerate(tasks):
             for i, policy in enumerate(policies):
-                match = [r for r in rows if (r["compression"], r["policy"], r["task"]) == (compression, policy, task)]
+                match = [r for r in rows if (r["size"], r["policy"], r["task"]) == (size, policy, task)]
                 if not match:
                     continue
                 x = i + (t - (len(tasks) - 1) / 2) * 0.3
@@ -218,8 +218,81 @@ def plot_regimes(rows: list[dict], path: Path) -> Path:
                 ax.bar(x, match[0]["retention"], width=0.28, fill=False, edgecolor=f"C{t}")
         ax.axhline(1.0, color="k", lw=0.6)
         ax.set_xticks(range(len(policies)), policies, rotation=20)
-        ax.set(title=f"{compression:g}x: retention per prompt (outline: mean)", ylim=(0, 1.25))
+        ax.set(title=f"{size}: retention per prompt (outline: mean)", ylim=(0, 1.25))
         ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_staleness(rows: list[dict], path: Path) -> Path:
+    """E2's picture (`rift_hf.cli.staleness_rows`): one row of panels per compression (or budget) and regime, AL and
+    the kept share of full-cache attention mass over generation, one line per policy (`full` in black)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(dict.fromkeys((r["size"], r["task"]) for r in rows))
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    fig, axes = plt.subplots(len(panels), 2, figsize=(10, 3.4 * len(panels)), squeeze=False)
+    for (al_ax, mass_ax), (size, task) in zip(axes, panels, strict=True):
+        for i, policy in enumerate(policies):
+            match = [r for r in rows if (r["size"], r["policy"], r["task"]) == (size, policy, task)]
+            if not match:
+                continue
+            r, style = match[0], dict(color="k" if policy == "full" else f"C{i}", marker="o", ms=3, label=policy)
+            al_ax.plot(*zip(*r["al_curve"], strict=True), **style)
+            if policy != "full" and r["mass_curve"]:
+                mass_ax.plot(*zip(*r["mass_curve"], strict=True), **style)
+        n = max(r["prompts"] for r in rows if (r["size"], r["task"]) == (size, task))
+        al_ax.set(title=f"{size}, {task} ({n} prompts): AL", xlabel="generated tokens", ylabel="AL")
+        mass_ax.set(
+            title=f"{size}, {task}: share of full-cache attention mass kept",
+            xlabel="generated tokens",
+            ylabel="share",
+            ylim=(0, 1.02),
+        )
+        for ax in (al_ax, mass_ax):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_input_sweep(rows: list[dict], path: Path) -> Path:
+    """E3's picture: retention against input length (`rift_hf.cli.regime_rows` of several replay folders, one per input
+    length), one panel per regime, one line per policy and budget, each prompt a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    lines = list(dict.fromkeys((r["policy"], r["size"]) for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        for i, (policy, size) in enumerate(lines):
+            mine = sorted(
+                (r for r in rows if (r["policy"], r["size"], r["task"]) == (policy, size, task)),
+                key=lambda r: r["input_tokens"],
+            )
+            if not mine:
+                continue
+            label = policy if len({s for _, s in lines}) == 1 else f"{policy}, {size}"
+            ax.plot([r["input_tokens"] for r in mine], [r["retention"] for r in mine], marker="o", color=f"C{i}",
+                    label=label)  # fmt: skip
+            for r in mine:
+                ax.scatter([r["input_tokens"]] * len(r["per_prompt"]), r["per_prompt"], s=8, color=f"C{i}", alpha=0.4)
+        ax.axhline(1.0, color="k", lw=0.6)
+        budgets = ", ".join(dict.fromkeys(s for _, s in lines))
+        ax.set(title=f"{task}: retention at a fixed budget ({budgets})", xlabel="input tokens", ylim=(0, 1.25))
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

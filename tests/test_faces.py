@@ -297,6 +297,77 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
         main(["table", str(tmp_path / "4x" / "rows.jsonl"), "--common-prompts"])
 
 
+def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_path):
+    from rift_hf.cli import main, regime_rows
+
+    folders = []
+    for tokens, al in ((1000, 6.0), (4000, 3.0)):  # E3: one folder per input length, the budget in tokens
+        folder = tmp_path / f"replay-fixed-budget-{tokens}in" / "512tok"
+        folder.mkdir(parents=True)
+        rows = [
+            {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 12.0, "input_tokens": tokens},
+            {"prompt": "repeat:a", "task": "repeat", "policy": "rift-dyn", "al": al, "input_tokens": tokens},
+            {"prompt": "repeat:b", "task": "repeat", "policy": "full", "al": 6.0, "input_tokens": tokens + 100},
+            {"prompt": "repeat:b", "task": "repeat", "policy": "rift-dyn", "al": al, "input_tokens": tokens + 100},
+        ]
+        (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        folders.append(folder.parent)
+    (got,) = regime_rows(folders[1])
+    assert (got["compression"], got["budget_tokens"], got["size"]) == (None, 512, "512 tok")
+    assert got["input_tokens"] == 4050 and got["retention"] == pytest.approx(0.375)  # (3/12 + 3/6) / 2
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- e3:start -->\n<!-- e3:end -->\n")
+    main(["table", *map(str, folders), "--plot", "--readme", str(readme), "--block", "e3"])
+    lines = squeeze(readme.read_text()).splitlines()
+    assert lines[1] == "| policy | ~1K in, 512 tok repeat | ~4K in, 512 tok repeat |"
+    assert lines[3] == "| rift-dyn | **0.75** (0.50-1.00, n=2) | **0.38** (0.25-0.50, n=2) |"
+    assert (tmp_path / "retention-by-input.png").exists()
+    for wrong in (["--staleness"], ["--by-regime"]):
+        with pytest.raises(SystemExit):
+            main(["table", *map(str, folders), *wrong])
+    with pytest.raises(SystemExit):  # a file cannot stand beside a folder
+        main(["table", str(folders[0]), str(readme)])
+    with pytest.raises(SystemExit):  # a folder with no replay rows
+        main(["table", str(tmp_path)])
+
+
+def test_staleness_table_of_a_replay_folder_splits_each_policy_and_regime(tmp_path):
+    from rift_hf.cli import main, staleness_rows
+
+    # 8 new tokens after a 10-token prompt; p's rounds emit 2, 2, 1, 3 tokens; the mass falls from 0.8 to 0.3.
+    mass = [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]
+    rows = [
+        {"prompt": "repeat:a", "task": "repeat", "policy": "full", "input_tokens": 10, "output_tokens": 8,
+         "accepted": [3, 3], "attention_mass": [(10, 1.0), (17, 1.0)]},
+        {"prompt": "repeat:a", "task": "repeat", "policy": "p", "input_tokens": 10, "output_tokens": 8,
+         "accepted": [1, 1, 0, 2], "attention_mass": mass},
+        {"prompt": "continue:a", "task": "continue", "policy": "p", "input_tokens": 10, "output_tokens": 8,
+         "accepted": [3, 3]},
+    ]  # fmt: skip
+    (tmp_path / "4x").mkdir()
+    (tmp_path / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = {(r["policy"], r["task"]): r for r in staleness_rows(tmp_path, bucket=4)}
+    assert set(got) == {("full", "repeat"), ("p", "repeat"), ("p", "continue")}
+    p = got["p", "repeat"]
+    assert (p["al_early"], p["al_late"]) == pytest.approx((2.0, 2.0))
+    assert (p["mass_early"], p["mass_late"]) == pytest.approx((0.8, 0.3))
+    assert p["al_curve"] == [(0, 2.0), (4, 2.0)]  # rounds starting at 0, 2 | 4, 5
+    assert [x for _, x in p["mass_curve"]] == pytest.approx([0.8, 0.3]) and [x for x, _ in p["mass_curve"]] == [0, 4]
+    assert got["p", "continue"]["mass_early"] is None and got["p", "continue"]["mass_curve"] == []
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- e2:start -->\n<!-- e2:end -->\n")
+    main(["table", str(tmp_path), "--staleness", "--plot", "--readme", str(readme), "--block", "e2"])
+    text = squeeze(readme.read_text())
+    # retention per half: p's AL over full's in the same half (one round of 4 tokens in each); continue has no full
+    assert (p["retention_early"], p["retention_late"]) == pytest.approx((0.5, 0.5))
+    assert "retention_early" not in got["p", "continue"]
+    assert "| 4x | p | repeat | 1 | 2.00 → 2.00 (+0%) | 0.50 → 0.50 (+0%) | 0.800 → 0.300 (-62%) |" in text
+    assert "| 4x | p | continue | 1 | 4.00 → 4.00 (+0%) | - | - |" in text and "| 4x | full | repeat | 1 |" in text
+    assert (tmp_path / "staleness.png").exists() and not (tmp_path / "retention.png").exists()
+    with pytest.raises(SystemExit):
+        main(["table", str(tmp_path), "--staleness", "--estimate", str(readme)])
+
+
 def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
     """tokens/s = AL / (gamma x drafter ms per drafted token + verification ms); speed-up = tokens/s x target step.
     Timings match by nearest input length and budget (within 10%); a policy without one gets '-'."""
