@@ -257,7 +257,8 @@ def plot_staleness(rows: list[dict], path: Path) -> Path:
         )
         for ax in (al_ax, mass_ax):
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:  # a regime replayed without --attention-mass has no mass lines
+                ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
