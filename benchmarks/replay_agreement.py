@@ -32,10 +32,15 @@ from rift_hf.tables import pipe_table
 
 def markdown(result: dict) -> str:
     """The agreement runs as a markdown table, with the setting they ran in."""
+    # A resumed file holds runs of several sessions: each run carries its machine and date (older ones: the file's).
+    machines = (
+        ", ".join(dict.fromkeys(r.get("machine", result["machine"]) for r in result["runs"])) or result["machine"]
+    )
+    dates = ", ".join(sorted({r.get("date", result["date"]) for r in result["runs"]})) or result["date"]
     head = (
         f"{result['preset']}, {result['compression']:g}x, ~{result['input_tokens']} source tokens, "
         f"{result['new_tokens']} new tokens, gamma={result['gamma']}, drafter {result['drafter_dtype']}, target "
-        f"{result['target_dtype']}, {result['machine']}, {result['date']}\n\n"
+        f"{result['target_dtype']}, {machines}, {dates}\n\n"
     )
     headers = [
         "prompt", "policy", "AL real", "AL replay", "rounds equal", "real output = target greedy", "real s", "replay s",
@@ -103,7 +108,8 @@ def main(argv=None) -> dict:
         setting = [k for k in result if k not in ("machine", "date", "runs") and previous.get(k) != result[k]]
         if setting:
             raise SystemExit(f"{args.out} holds runs of another setting ({', '.join(setting)}); choose another --out.")
-        result["runs"] = previous["runs"]
+        # Runs written before runs carried their own machine and date keep the file's.
+        result["runs"] = [{"machine": previous["machine"], "date": previous["date"], **r} for r in previous["runs"]]
     done = {(run["prompt"], run["policy"]) for run in result["runs"]}
     policies = split_labels(args.policies)
     progress = tqdm(total=len(prompts) * len(policies), initial=len(done), desc="agreement runs")
@@ -151,6 +157,8 @@ def main(argv=None) -> dict:
                     "first_differing_round": first,
                     "real_seconds": real_seconds,
                     "replay_seconds": replay_seconds,
+                    "machine": result["machine"],
+                    "date": result["date"],
                 }
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)

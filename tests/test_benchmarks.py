@@ -235,5 +235,16 @@ def test_replay_agreement_runs_resume_and_refuse_another_setting(tmp_path):
     assert all(r["same_rounds"] and r["real_output_is_target_greedy"] for r in runs)
     replay_agreement.main(argv)  # resumes: nothing to run
     assert json.loads(out.read_text())["runs"] == runs
+    # A file written before runs carried their date: its runs keep the file's date when another session adds one.
+    old = json.loads(out.read_text()) | {"date": "2000-01-01", "machine": "old box"}
+    old["runs"] = [{k: v for k, v in r.items() if k not in ("machine", "date")} for r in runs[:-1]]
+    out.write_text(json.dumps(old))
+    replay_agreement.main(argv)
+    resumed = json.loads(out.read_text())
+    assert [r["date"] for r in resumed["runs"][:-1]] == ["2000-01-01"] * 3 and resumed["runs"][-1][
+        "date"
+    ] != "2000-01-01"
+    head = replay_agreement.markdown(resumed).splitlines()[0]
+    assert "old box" in head and head.endswith(f"2000-01-01, {resumed['runs'][-1]['date']}")
     with pytest.raises(SystemExit, match="another setting"):
         replay_agreement.main([*argv, "--new-tokens", "16"])
