@@ -83,12 +83,38 @@ def plot_compare(result: dict, path: Path, bucket: int = 16) -> Path:
     return path
 
 
+def headline_records(records: list[dict]) -> list[dict]:
+    """
+    The records of each experiment's largest runs, per preset: replay records where it has any (they cover the most
+    prompts), then only those of the settings with the most prompts. In E1, a policy label with overrides
+    (`rift-dyn@tokens_ahead=128`) stays only where its policy has no plain label in that setting.
+    """
+    kept = []
+    for experiment, preset in dict.fromkeys((r["experiment"], r["preset"]) for r in records):
+        mine = [r for r in records if (r["experiment"], r["preset"]) == (experiment, preset)]
+        mine = [r for r in mine if r.get("method") == "replay"] or mine
+        most = max(r.get("prompts") or 0 for r in mine)
+        mine = [r for r in mine if (r.get("prompts") or 0) == most]
+        if experiment == "E1":
+            setting = ("compression", "input_tokens", "output_tokens")
+            plain = {(*(r[k] for k in setting), r["policy"]) for r in mine if "@" not in r["policy"]}
+            mine = [
+                r for r in mine if "@" not in r["policy"]
+                or (*(r[k] for k in setting), r["policy"].split("@")[0]) not in plain
+            ]  # fmt: skip
+        kept += mine
+    return kept
+
+
 def plot_summary(records: list[dict], path: Path) -> Path:
-    """One figure over `summary.json`: E1 retention per policy, E3 input-length sweep, E4 Δ sweep, E5 ada vs dyn."""
+    """One figure over `summary.json` (`headline_records` of it: each experiment's largest runs): E1 retention per
+    policy, E3 input-length sweep, E4 Δ sweep, E5 ada vs dyn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    records = headline_records(records)
 
     def of(experiment):
         return [r for r in records if r["experiment"] == experiment]
@@ -140,9 +166,15 @@ def plot_summary(records: list[dict], path: Path) -> Path:
                     retention.plot(
                         xs, [r["retention"] for r in rows], styles[preset], marker="o", label=f"{preset} {policy}"
                     )
-                cost.plot(
-                    xs, [r["draft_ms_per_token"] for r in rows], styles[preset], marker="o", label=f"{preset} {policy}"
-                )
+                timed = [r for r in rows if r.get("draft_ms_per_token") is not None]  # replay records carry no time
+                if timed:
+                    cost.plot(
+                        [r["input_tokens"] for r in timed],
+                        [r["draft_ms_per_token"] for r in timed],
+                        styles[preset],
+                        marker="o",
+                        label=f"{preset} {policy}",
+                    )
         retention.set(title="E3 retention at a fixed token budget", xlabel="input tokens", ylim=(0, 1.1), xscale="log")
         cost.set(title="E3 drafter decode ms/token", xlabel="input tokens", xscale="log")
         for ax in (retention, cost):

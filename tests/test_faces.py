@@ -141,6 +141,29 @@ def test_al_by_position_buckets_rounds_by_where_they_start():
     assert al_by_position([3, 0, 11, 2], bucket=8) == [(0, (4 + 1 + 12) / 3), (16, 3.0)]
 
 
+def test_overview_plot_keeps_each_experiments_largest_runs():
+    from rift_hf.plots import headline_records
+
+    def record(experiment, policy, prompts, method="generate", tokens=4096, preset="p"):
+        return {"experiment": experiment, "preset": preset, "policy": policy, "prompts": prompts, "method": method,
+                "compression": 4.0, "input_tokens": tokens, "output_tokens": 512}  # fmt: skip
+
+    records = [
+        record("E1", "snapkv", 2),  # a small generated run: replaced by the replay runs
+        record("E1", "snapkv", 4, "replay"),  # a smaller replay run
+        record("E1", "snapkv", 16, "replay"),
+        record("E1", "rift-dyn", 16, "replay"),
+        record("E1", "rift-dyn@tokens_ahead=128", 16, "replay"),  # rift-dyn has a plain label here: left out
+        record("E1", "page-round@pages_ahead=2", 16, "replay"),  # no plain page-round here: kept
+        record("E1", "snapkv", 16, "replay", tokens=8192),  # another length, as many prompts: kept
+        record("E4", "rift-dyn@delta=16", 2),  # no replay for this preset: the generated run stays
+        record("E4", "rift-dyn@delta=16", 2, preset="q"),
+        record("E4", "rift-dyn@delta=16", 16, "replay", preset="q"),
+    ]
+    kept = headline_records(records)
+    assert kept == [records[i] for i in (2, 3, 5, 6, 7, 9)]
+
+
 def test_summary_table_groups_records_by_experiment():
     from rift_hf.cli import summary_table
 
