@@ -535,19 +535,18 @@ def summary_table(records: list[dict], experiments: list[str] | None = None) -> 
 
 def _replay_rows(run_dir: Path):
     """
-    `(compression, budget_tokens, rows)` of each rows.jsonl of a replay run: `<c>x/` folders (a compression, budget
-    None) ascending, then `<N>tok/` folders (a budget in tokens, compression None: E3's fixed budget) ascending.
+    `(size, rows)` of each rows.jsonl of a replay run: `<c>x/` folders (a compression) ascending, then `<N>tok/` folders
+    (a budget in tokens: E3's fixed budget) ascending. `size` holds `compression` and `budget_tokens` (one of them
+    None) and their label, `size` (`4x`, `512 tok`).
     """
-    folders = [(float(p.parent.name[:-1]), None, p) for p in Path(run_dir).glob("*x/rows.jsonl")]
-    folders.sort(key=lambda f: f[0])
-    tokens = [(None, int(p.parent.name[:-3]), p) for p in Path(run_dir).glob("*tok/rows.jsonl")]
-    for compression, budget, path in folders + sorted(tokens, key=lambda f: f[1]):
-        yield compression, budget, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _size(compression: float | None, budget_tokens: int | None) -> str:
-    """A compression (`4x`) or a fixed budget (`512 tok`), as a label."""
-    return f"{compression:g}x" if compression is not None else f"{budget_tokens} tok"
+    found = [(float(p.parent.name[:-1]), None, p) for p in Path(run_dir).glob("*x/rows.jsonl")]
+    found.sort(key=lambda f: f[0])
+    found += sorted(((None, int(p.parent.name[:-3]), p) for p in Path(run_dir).glob("*tok/rows.jsonl")),
+                    key=lambda f: f[1])  # fmt: skip
+    for compression, budget, path in found:
+        label = f"{compression:g}x" if compression is not None else f"{budget} tok"
+        size = {"compression": compression, "budget_tokens": budget, "size": label}
+        yield size, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> list[dict]:
@@ -560,7 +559,7 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool =
     compared like with like).
     """
     out = []
-    for compression, budget_tokens, rows in _replay_rows(run_dir):
+    for size, rows in _replay_rows(run_dir):
         if common:
             shown = {r["policy"] for r in rows if policies is None or r["policy"] in policies} | {"full"}
             have = {r["prompt"] for r in rows}
@@ -578,9 +577,7 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool =
                 ratios = [r["al"] / full[r["prompt"]] for r in mine]
                 out.append(
                     {
-                        "compression": compression,
-                        "budget_tokens": budget_tokens,
-                        "size": _size(compression, budget_tokens),
+                        **size,
                         "policy": policy,
                         "task": task,
                         "prompts": len(mine),
@@ -663,7 +660,7 @@ def staleness_rows(run_dir: Path, policies: list[str] | None = None, bucket: int
     from .plots import al_by_position
 
     out = []
-    for compression, budget_tokens, rows in _replay_rows(run_dir):
+    for size, rows in _replay_rows(run_dir):
         for policy in dict.fromkeys(r["policy"] for r in rows):
             if policies is not None and policy != "full" and policy not in policies:
                 continue
@@ -679,9 +676,7 @@ def staleness_rows(run_dir: Path, policies: list[str] | None = None, bucket: int
                         mass.setdefault((position - r["input_tokens"]) // bucket * bucket, []).append(share)
                 out.append(
                     {
-                        "compression": compression,
-                        "budget_tokens": budget_tokens,
-                        "size": _size(compression, budget_tokens),
+                        **size,
                         "policy": policy,
                         "task": task,
                         "prompts": len(mine),
@@ -691,10 +686,9 @@ def staleness_rows(run_dir: Path, policies: list[str] | None = None, bucket: int
                         "mass_curve": [(x, statistics.mean(mass[x])) for x in sorted(mass)],
                     }
                 )
-        size = (compression, budget_tokens)
-        full = {r["task"]: r for r in out if (r["compression"], r["budget_tokens"]) == size and r["policy"] == "full"}
+        full = {r["task"]: r for r in out if r["size"] == size["size"] and r["policy"] == "full"}
         for r in out:
-            base = full.get(r["task"]) if (r["compression"], r["budget_tokens"]) == size else None
+            base = full.get(r["task"]) if r["size"] == size["size"] else None
             if base is not None and None not in (r["al_early"], r["al_late"], base["al_early"], base["al_late"]):
                 r["retention_early"] = r["al_early"] / base["al_early"]
                 r["retention_late"] = r["al_late"] / base["al_late"]
