@@ -165,6 +165,7 @@ def main(argv=None) -> None:
         input_tokens=None,
         new_tokens=None,
         budget_tokens=None,
+        sources=None,
     ):
         from rift_hf.replay import replay_compare
 
@@ -184,7 +185,7 @@ def main(argv=None) -> None:
             target_dtype="float32" if args.preset == "tiny-random" else args.target_dtype,
             targets_dir=args.out / "targets",
             tasks=tasks,
-            sources=args.sources,
+            sources=sources or args.sources,
             experiment=label,
             summary_path=args.out / "summary.json",
             extra=extra,
@@ -212,7 +213,10 @@ def main(argv=None) -> None:
             for length in (tokens // 4, tokens // 2, tokens, tokens * 2):
                 sizes = dict(input_tokens=length, new_tokens=new // 2, budget_tokens=max(tokens // 8, 2 * window))
                 if args.method == "replay":  # replay-fixed-budget-<length>in-.../<budget>tok/
-                    run_replay("E3" + suffix, "fixed-budget", ["full", "rift-stat", "rift-dyn"], **sizes)
+                    # Beyond the scale's length the default code set holds whole, shorter files: the long modules
+                    # give every prompt the length asked for (the prompts of E1 at ~8K).
+                    long = "code-long" if args.sources == "code" and length > tokens else None
+                    run_replay("E3" + suffix, "fixed-budget", ["full", "rift-stat", "rift-dyn"], **sizes, sources=long)
                 else:
                     run("E3", f"input-{length}", ["full", "rift-stat", "rift-dyn"], **sizes)
         elif name == "E4":

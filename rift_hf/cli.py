@@ -999,9 +999,9 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
         "--sources",
         default="code",
         type=_sources,
-        help="code (stdlib source), prose (Shakespeare, KJV), comma-separated sources (module names, "
-        "shakespeare:<play>, kjv:<book>; e.g. argparse,difflib for ~8K inputs), or a .jsonl file of your own prompts "
-        "({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
+        help="code (stdlib source), code-long (stdlib modules of 8K+ tokens, for ~8K inputs), prose (Shakespeare, "
+        "KJV), comma-separated sources (module names, shakespeare:<play>, kjv:<book>), or a .jsonl file of your own "
+        "prompts ({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
     )
     parser.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
     parser.add_argument("--window", type=int, default=64, help="SnapKV observation window")

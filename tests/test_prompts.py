@@ -30,6 +30,18 @@ def test_prompt_sets_are_deterministic_and_cover_every_task():
     assert 200 <= first[0].tokens - len("Here is a text:\n\nWrite the same text again, unchanged.\n") <= 300
 
 
+def test_long_code_sources_fill_long_inputs_where_the_default_set_cannot():
+    import warnings
+
+    tokenizer = ByteTokenizer()  # one token per byte: 40K tokens is longer than json.decoder's whole source
+    with pytest.warns(UserWarning, match="json.decoder"):
+        prompt_set(tokenizer, 40_000, 2, sources="code")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prompts = prompt_set(tokenizer, 40_000, 8, sources="code-long")
+    assert len(prompts) == 16 and all(p.tokens >= 0.8 * 40_000 for p in prompts)
+
+
 def test_bad_sources_and_tasks_say_what_to_use(monkeypatch):
     tokenizer = ByteTokenizer()
     with pytest.raises(ValueError, match="choose one of .*hamlet"):
@@ -42,7 +54,7 @@ def test_bad_sources_and_tasks_say_what_to_use(monkeypatch):
         build_prompt(tokenizer, "textwrap", "translate", 100)
     with pytest.raises(ValueError, match="lower it"):
         prompt_set(tokenizer, 100, 9, sources="prose")
-    with pytest.raises(ValueError, match="code, prose"):
+    with pytest.raises(ValueError, match="code, code-long, prose"):
         prompt_set(tokenizer, 100, 1, sources="poetry")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bible" else real(name, *a))
