@@ -761,11 +761,11 @@ def estimate_rows(run_dir: Path, step: dict, policies: list[str] | None = None) 
         raise ValueError(f"{run_dir} has no compare.json with the draft length (gamma); finish the replay run first.")
     out = []
     by_prompt = {}
-    for path in Path(run_dir).glob("*x/rows.jsonl"):
-        for row in (json.loads(line) for line in path.read_text().splitlines() if line.strip()):
-            by_prompt.setdefault((row["task"], row["policy"], float(path.parent.name[:-1])), []).append(row)
+    for size, rows in _replay_rows(run_dir):
+        for row in rows if size["compression"] is not None else []:  # step timings are keyed by compression
+            by_prompt.setdefault((row["task"], row["policy"], size["compression"]), []).append(row)
     for r in regime_rows(run_dir, policies):
-        if r["compression"] is None:  # a fixed budget (`<N>tok/`): its step timings are keyed by compression
+        if r["compression"] is None:  # a fixed budget (`<N>tok/`)
             continue
         mine = by_prompt[r["task"], r["policy"], r["compression"]]
         out.append({**r, "budget": statistics.mean(x["budget"] for x in mine)})
