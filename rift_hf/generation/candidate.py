@@ -5,10 +5,17 @@ from __future__ import annotations
 import time
 
 import torch
-from transformers.generation.candidate_generator import AssistedCandidateGenerator
+from transformers.generation.candidate_generator import (
+    AssistedCandidateGenerator,
+    _prepare_attention_mask,
+    _prepare_position_ids,
+    _prepare_token_type_ids,
+)
+from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
 from ..cache import RiftCache
 from ..config import RiftConfig
+from ..prefill import load_prefill
 from .stats import RiftStats
 
 
@@ -75,12 +82,76 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self._pending: dict | None = None
         target_cache = model_kwargs.get("past_key_values")
         self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None
+        # A recorded prompt forward (`generate_from`): the cache starts from it and the first draft comes from its
+        # logits, so the run equals one that computed the prompt itself.
+        self._first_logits = None
+        from .decode import DRAFT_PREFILL
+
+        prefill = DRAFT_PREFILL.get()
+        if prefill is not None:
+            if not prefill.serves(assistant_model, self.rift_config.window):
+                raise ValueError(
+                    f"The drafter's recorded prompt forward ran on the {prefill.backend!r} attention backend with "
+                    f"{min(q.shape[2] for q, _, _ in prefill.queries.values()) if prefill.queries else 0} queries, "
+                    f"but policy {self.rift_config.policy!r} runs on {assistant_model.config._attn_implementation!r} "
+                    f"with window {self.rift_config.window}; compute the prompt cache with window >= "
+                    f"{self.rift_config.window} (PromptCache.compute switches the drafter to 'rift')."
+                )
+            load_prefill(self.cache, prefill)
+            self._first_logits = prefill.logits
+
+    def _update_past_and_masks(self, input_ids, remove_from_pkv: int = 0, num_added_tokens: int = 1) -> bool:
+        if self._first_logits is None:
+            return super()._update_past_and_masks(input_ids, remove_from_pkv, num_added_tokens)
+        # The cache holds exactly the prompt: nothing to crop before the first draft, only the inputs to extend.
+        self._extend_inputs(input_ids.shape[-1])
+        return True
+
+    def _extend_inputs(self, length: int) -> None:
+        """The drafter's mask, position ids and token types extended to `length` tokens, as transformers' own
+        `_update_past_and_masks` extends them (without its crop)."""
+        encoder_decoder = self.assistant_model.config.is_encoder_decoder
+        self.assistant_kwargs = _prepare_attention_mask(self.assistant_kwargs, length, encoder_decoder)
+        self.assistant_kwargs = _prepare_position_ids(self.assistant_kwargs, length, encoder_decoder)
+        self.assistant_kwargs = _prepare_token_type_ids(self.assistant_kwargs, length)
+
+    def _draft_from_prefill(self, generation_args: dict):
+        """The first round after a recorded prompt forward: the first draft is the argmax of its logits under the
+        processors the drafter's own `generate` would apply; the drafter's `generate` continues from there."""
+        ids = generation_args[self.input_ids_key]
+        logits, self._first_logits = self._first_logits.to(ids.device).float(), None
+        minimum, maximum = generation_args["min_new_tokens"], generation_args["max_new_tokens"]
+        scores = logits
+        for processor in self.logits_processor:
+            scores = processor(ids, scores)
+        eos = self.generation_config.eos_token_id
+        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        if minimum > 0 and eos:
+            scores = MinNewTokensLengthLogitsProcessor(ids.shape[1], minimum, eos)(ids, scores)
+        token = scores.argmax(-1, keepdim=True)
+        first_ids, first_scores = torch.cat([ids, token], dim=-1), scores[:, None]
+        threshold = self.generation_config.assistant_confidence_threshold
+        confident = not threshold or float(scores.softmax(-1)[0, token[0, 0]]) >= threshold
+        if maximum == 1 or int(token) in eos or not confident:
+            return first_ids, first_scores
+        self._extend_inputs(first_ids.shape[1])
+        rest = {
+            **generation_args,
+            self.input_ids_key: first_ids,
+            "min_new_tokens": max(0, minimum - 1),
+            "max_new_tokens": maximum - 1,
+        }
+        candidate_ids, candidate_logits = super()._generate_candidates(rest)
+        return candidate_ids, torch.cat([first_scores.to(candidate_logits.dtype), candidate_logits], dim=1)
 
     def _generate_candidates(self, generation_args: dict):
         device = self.assistant_model.device
         _sync(device)
         tick = time.perf_counter()
-        candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+        if self._first_logits is not None:
+            candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
+        else:
+            candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
         self.cache.settle()
         _sync(device)
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]

@@ -14,12 +14,15 @@ import weakref
 
 from transformers import DynamicCache, StaticCache
 from transformers.generation import configuration_utils
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
 
 from ..cache import RiftCache
 from ..config import RiftConfig
+from ..prefill import load_prefill
 from .candidate import RiftCandidateGenerator, use_rift_attention
+from .decode import DRAFT_PREFILL
 from .stateful import needs_verifier, verifier_cache
 from .stats import RiftStats
 
@@ -105,6 +108,8 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         raise ValueError(
             f"cache_implementation='rift' supports batch size 1, got {batch_size}: call generate once per prompt."
         )
+    if user_cache is not None and generation_mode == GenerationMode.ASSISTED_GENERATION and DRAFT_PREFILL.get():
+        return None  # `generate_from`: the target's recorded prompt, in a DynamicCache
     if user_cache is not None:
         raise ValueError(
             "Passing both cache_implementation='rift' and `past_key_values` is unsupported: pass one of the two "
@@ -139,7 +144,7 @@ def _get_candidate_generator(
 ):
     original = _ORIGINALS["_get_candidate_generator"]
     if generation_config.cache_implementation != NAME or assistant_model is None:
-        return original(
+        generator = original(
             self,
             generation_config,
             input_ids,
@@ -150,6 +155,20 @@ def _get_candidate_generator(
             target_tokenizer,
             assistant_tokenizer,
         )
+        prefill = DRAFT_PREFILL.get()
+        if prefill is not None and assistant_model is not None:
+            # `generate_from` with transformers' own drafter loop: its DynamicCache starts from the recorded prompt
+            # (the first round crops it by two tokens and re-feeds them, as every later round does).
+            if type(generator) is not AssistedCandidateGenerator:
+                raise ValueError(
+                    f"generate_from reuses a drafter's prompt forward with same-tokenizer assisted generation only, "
+                    f"not {type(generator).__name__}; drop the option that selects it."
+                )
+            cache = DynamicCache(config=assistant_model.config.get_text_config(decoder=True))
+            cache.activate_past_recording()
+            load_prefill(cache, prefill)
+            generator.assistant_kwargs["past_key_values"] = cache
+        return generator
     if target_tokenizer is not None and assistant_tokenizer is not None:
         raise ValueError(
             "cache_implementation='rift' does not support drafters with another tokenizer yet; use a drafter that "

@@ -1,0 +1,214 @@
+"""Long inputs measured end to end: prompt forwards computed once, then target outputs, replays and decode-phase runs.
+
+    python -m benchmarks.long_inputs prefill --input-tokens 16384 --per-task 8
+    python -m benchmarks.long_inputs speed --input-tokens 16384 --per-task 2 --out benchmarks/results/long/...
+
+`prefill` records each prompt's two forwards (`rift_hf.prefill.PromptCache`: the target over the prompt without its
+last token, the drafter over the whole prompt) into `$RIFT_HF_HOME/prefills/` (GBs at 32K: not in the repository),
+then decodes the target alone from its record (`generate_from`) and saves that greedy output where `rift-hf replay`
+reads target outputs (`--targets`, dtype in the name). Replay (`rift-hf replay ... --prefills`) and `speed` start from
+those records instead of paying a long prefill per run. Every stage resumes: what is on disk is not computed again.
+
+`speed` runs, per prompt and in one process, the target alone and each assisted setting from the same records, timing
+the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes. The
+prompt forwards' own costs are recorded once per prompt (`prefill_seconds`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from rift_hf.cli import machine, policy_config, split_labels
+from rift_hf.models import PRESETS, cache_root, fix_draft_length, load_preset
+from rift_hf.prefill import PromptCache, prompt_digest
+from rift_hf.prompts import prompt_set
+from rift_hf.replay import (
+    TargetOutput,
+    _eos_ids,
+    cached_target_output,
+    save_target_output,
+    target_output_path,
+)
+
+TARGETS = Path("benchmarks/results/targets")
+
+
+def prefills_root() -> Path:
+    """Where prompt caches live: `$RIFT_HF_HOME/prefills` (default `~/.cache/rift-hf/prefills`)."""
+    return cache_root().parent / "prefills"
+
+
+def prefill_folder(root: Path, preset: str, prompt, dtype: torch.dtype) -> Path:
+    safe = prompt.name.replace(":", "-").replace("/", "-")
+    return Path(root) / preset / f"{safe}-{prompt_digest(prompt.input_ids)}-{str(dtype).removeprefix('torch.')}"
+
+
+def ensure_prompt_cache(target, draft, prompt, folder: Path, window: int) -> PromptCache:
+    """The prompt's cache from `folder`, computed and saved there first when missing."""
+    if (folder / "draft.safetensors").is_file():
+        return PromptCache.load(folder)
+    cache = PromptCache.compute(target, prompt.input_ids, draft, window=window)
+    cache.save(folder, prompt=prompt.name, target=target.name_or_path, draft=draft.name_or_path, date=_today())
+    return cache
+
+
+def _today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def run_prefill(args) -> None:
+    from rift_hf.generation.decode import generate_from
+
+    target, draft, tokenizer = load_preset(args.preset, dtype=args.dtype)
+    prompts = _prompts(tokenizer, args)
+    for prompt in tqdm(prompts, desc="prompt forwards"):
+        folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
+        record = cached_target_output(
+            args.targets, args.preset, prompt.name, prompt.input_ids, args.new_tokens, target.dtype
+        )
+        if record is not None and (folder / "draft.safetensors").is_file():
+            continue
+        cache = ensure_prompt_cache(target, draft, prompt, folder, args.window)
+        if record is None:
+            n = args.new_tokens
+            out, seconds = generate_from(target, cache, max_new_tokens=n, min_new_tokens=n)
+            path = target_output_path(args.targets, args.preset, prompt.name, prompt.input_ids, n, target.dtype)
+            output = TargetOutput(
+                prompt_ids=prompt.input_ids,
+                output_ids=out[:, prompt.tokens :].cpu(),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                eos_token_id=_eos_ids(target.generation_config),
+                pad_token_id=target.generation_config.pad_token_id,
+                seconds=seconds,
+            )
+            save_target_output(
+                output,
+                path,
+                preset=args.preset,
+                prompt=prompt.name,
+                dtype=str(target.dtype).removeprefix("torch."),
+                by="benchmarks.long_inputs prefill (decode phase from the recorded prompt forward)",
+                prefill_seconds=cache.target.seconds,
+                machine=machine(),
+            )
+
+
+def _prompts(tokenizer, args) -> list:
+    prompts = prompt_set(tokenizer, args.input_tokens, args.per_task, tasks=args.tasks, sources=args.sources)
+    # Regimes interleaved (the first prompt of each task, then the second ...), so a partial run covers both.
+    rank = {p.name: sum(q.task == p.task for q in prompts[:i]) for i, p in enumerate(prompts)}
+    return sorted(prompts, key=lambda p: rank[p.name])
+
+
+SETTINGS = ("target", "transformers", "full", "page-round", "page-round@budget=2048", "rift-dyn@tokens_ahead=128")
+
+
+def run_speed(args) -> None:
+    from rift_hf import last_stats
+    from rift_hf.generation.decode import generate_from
+
+    target, draft, tokenizer = load_preset(args.preset, dtype=args.dtype)
+    fix_draft_length(target, draft, gamma=args.gamma)
+    for name, value in args.draft_options.items():
+        setattr(draft.generation_config, name, value)
+        setattr(target.generation_config, name, value)
+    prompts = _prompts(tokenizer, args)
+    rows_path = args.out / "rows.jsonl"
+    rows_path.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if rows_path.exists():
+        done = {(r["prompt"], r["setting"]) for r in map(json.loads, rows_path.read_text().splitlines())}
+    todo = [(p, s) for p in prompts for s in args.settings if (p.name, s) not in done]
+    cache, cached_for = None, None
+    for prompt, setting in tqdm(todo, desc="decode-phase runs"):
+        if cached_for != prompt.name:
+            folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
+            cache, cached_for = ensure_prompt_cache(target, draft, prompt, folder, args.window), prompt.name
+            reference = cached_target_output(
+                args.targets, args.preset, prompt.name, prompt.input_ids, args.new_tokens, target.dtype
+            )
+        gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
+        row = {"prompt": prompt.name, "task": prompt.task, "setting": setting, "input_tokens": prompt.tokens}
+        if setting == "target":
+            out, seconds = generate_from(target, cache, **gen)
+        elif setting == "transformers":
+            forwards = []
+            handle = target.register_forward_pre_hook(lambda *_, f=forwards: f.append(1))
+            try:
+                out, seconds = generate_from(target, cache, assistant_model=draft, **gen)
+            finally:
+                handle.remove()
+            row.update(rounds=len(forwards), al=args.new_tokens / len(forwards))
+        else:
+            config = policy_config(setting, args.budget, args.window, args.delta, None)
+            out, seconds = generate_from(
+                target, cache, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
+            )
+            stats = last_stats(target)
+            row.update(
+                rounds=len(stats.rounds),
+                al=stats.acceptance_length,
+                accepted=[r["accepted"] for r in stats.rounds],
+                drafted=[r["drafted"] for r in stats.rounds],
+                draft_seconds=sum(r["draft_seconds"] for r in stats.rounds),
+                budget=stats.budget,
+                peak_kv_bytes=stats.peak_kv_bytes,
+                peak_store_bytes=stats.peak_store_bytes,
+                rescorings=len(stats.rescorings),
+            )
+        new = out[0, prompt.tokens :].cpu()
+        row.update(
+            output_tokens=int(new.shape[0]),
+            seconds=seconds,
+            tokens_per_s=int(new.shape[0]) / seconds,
+            same_as_target_record=None if reference is None else bool(torch.equal(new, reference.output_ids[0])),
+            prefill_seconds={"target": cache.target.seconds, "draft": cache.draft.seconds},
+            gamma=args.gamma,
+            dtype=str(target.dtype).removeprefix("torch."),
+            machine=machine(),
+            threads=torch.get_num_threads(),
+            date=_today(),
+        )
+        with rows_path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("prefill", "speed"):
+        p = sub.add_parser(name)
+        p.add_argument("--preset", default="qwen-coder", choices=sorted(PRESETS))
+        p.add_argument("--input-tokens", type=int, required=True)
+        p.add_argument("--new-tokens", type=int, default=256)
+        p.add_argument("--per-task", type=int, default=8)
+        p.add_argument("--tasks", type=lambda t: tuple(t.split(",")), default=("repeat", "continue"))
+        p.add_argument("--sources", default="repo")
+        p.add_argument("--window", type=int, default=64)
+        p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+        p.add_argument("--targets", type=Path, default=TARGETS)
+        p.add_argument("--prefills", type=Path, default=None, help="default: $RIFT_HF_HOME/prefills")
+    speed = sub.choices["speed"]
+    speed.add_argument("--settings", type=split_labels, default=list(SETTINGS))
+    speed.add_argument("--budget", type=float, default=0.25, help="budget of the policies without their own")
+    speed.add_argument("--gamma", type=int, default=11)
+    speed.add_argument("--delta", type=int, default=128)
+    speed.add_argument("--draft-options", type=json.loads, default={}, help="generation-config fields, as JSON")
+    speed.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    args.prefills = args.prefills or prefills_root()
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    {"prefill": run_prefill, "speed": run_speed}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()
