@@ -1,5 +1,5 @@
 # Two entry points, each doing its own set-up on a fresh machine (see README):
-#   make main   real-model comparison on the default preset (qwen-coder), prints the table
+#   make main   real-model decode-phase comparison on the default preset (qwen-coder), prints the table
 #   make test   lint and the default test suite
 PY ?= python3
 VENV ?= .venv
@@ -40,5 +40,12 @@ smoke:
 	$(MAKE) setup-models PRESET=gemma3-self
 	$(BIN)/python -m pytest -q -m slow tests/test_real_models.py
 
+# ~4K-token prompts (one per regime): the target alone, transformers' own assisted generation, the full-cache drafter
+# and the default page-round (gamma 11, and its default cost-aware draft length), each from the same recorded
+# prompt forwards, decode timed apart (benchmarks/long_inputs.py).
+MAIN_OUT ?= benchmarks/results/main-4k
 main: setup-models
-	$(BIN)/rift-hf compare --preset qwen-coder --new-tokens 64 --delta 32
+	$(BIN)/python -m benchmarks.long_inputs speed --preset $(PRESET) --input-tokens 4096 --per-task 1 \
+		--new-tokens 96 --sources repo --settings target,transformers,full,page-round,page-round@draft_length=auto \
+		--out $(MAIN_OUT)
+	$(BIN)/python -m benchmarks.long_inputs table $(MAIN_OUT)

@@ -10,8 +10,10 @@ reads target outputs (`--targets`, dtype in the name). Replay (`rift-hf replay .
 those records instead of paying a long prefill per run. Every stage resumes: what is on disk is not computed again.
 
 `speed` runs, per prompt and in one process, the target alone and each assisted setting from the same records, timing
-the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes. The
-prompt forwards' own costs are recorded once per prompt (`prefill_seconds`).
+the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes
+(`--resume` continues a file; without it a run starts afresh). The prompt forwards' own costs are recorded once per
+prompt (`prefill_seconds`). `table` renders a `speed` folder (and writes `<folder>/table.md`); `make main` is
+`speed` at ~4K inputs followed by `table`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from rift_hf import RiftConfig
 from rift_hf.cli import machine, policy_config, split_labels
-from rift_hf.models import PRESETS, cache_root, fix_draft_length, load_preset
-from rift_hf.prefill import PromptCache, prompt_digest
+from rift_hf.generation.candidate import use_rift_attention
+from rift_hf.models import PRESETS, fix_draft_length, load_preset
+from rift_hf.prefill import PromptCache, prefill_folder, prefills_root
 from rift_hf.prompts import prompt_set
 from rift_hf.replay import (
     TargetOutput,
@@ -40,20 +44,13 @@ from rift_hf.replay import (
 TARGETS = Path("benchmarks/results/targets")
 
 
-def prefills_root() -> Path:
-    """Where prompt caches live: `$RIFT_HF_HOME/prefills` (default `~/.cache/rift-hf/prefills`)."""
-    return cache_root().parent / "prefills"
-
-
-def prefill_folder(root: Path, preset: str, prompt, dtype: torch.dtype) -> Path:
-    safe = prompt.name.replace(":", "-").replace("/", "-")
-    return Path(root) / preset / f"{safe}-{prompt_digest(prompt.input_ids)}-{str(dtype).removeprefix('torch.')}"
-
-
 def ensure_prompt_cache(target, draft, prompt, folder: Path, window: int) -> PromptCache:
     """The prompt's cache from `folder`, computed and saved there first when missing."""
     if (folder / "draft.safetensors").is_file():
-        return PromptCache.load(folder)
+        cache = PromptCache.load(folder)
+        if cache.draft.backend == "rift":  # recorded as PromptCache.compute records it: on the "rift" backend
+            use_rift_attention(draft, RiftConfig(policy="rift-stat", window=window))
+        return cache
     cache = PromptCache.compute(target, prompt.input_ids, draft, window=window)
     cache.save(folder, prompt=prompt.name, target=target.name_or_path, draft=draft.name_or_path, date=_today())
     return cache
@@ -124,17 +121,25 @@ def run_speed(args) -> None:
     rows_path = args.out / "rows.jsonl"
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     done = set()
+    if rows_path.exists() and not args.resume:
+        rows_path.unlink()  # a fresh measurement (--resume continues the file instead)
     if rows_path.exists():
         done = {(r["prompt"], r["setting"]) for r in map(json.loads, rows_path.read_text().splitlines())}
     todo = [(p, s) for p in prompts for s in args.settings if (p.name, s) not in done]
     cache, cached_for = None, None
+    alone = {}  # prompt -> the target alone's new tokens, from this file
+    if rows_path.exists():
+        for row in map(json.loads, rows_path.read_text().splitlines()):
+            if row["setting"] == "target":
+                alone[row["prompt"]] = row["new_ids"]
     for prompt, setting in tqdm(todo, desc="decode-phase runs"):
         if cached_for != prompt.name:
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
             cache, cached_for = ensure_prompt_cache(target, draft, prompt, folder, args.window), prompt.name
-            reference = cached_target_output(
-                args.targets, args.preset, prompt.name, prompt.input_ids, args.new_tokens, target.dtype
-            )
+            if args.drop_prefills:
+                import shutil
+
+                shutil.rmtree(folder, ignore_errors=True)  # held in memory for this prompt's runs
         gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
         row = {"prompt": prompt.name, "task": prompt.task, "setting": setting, "input_tokens": prompt.tokens}
         if setting == "target":
@@ -164,12 +169,15 @@ def run_speed(args) -> None:
                 peak_store_bytes=stats.peak_store_bytes,
                 rescorings=len(stats.rescorings),
             )
-        new = out[0, prompt.tokens :].cpu()
+        new = out[0, prompt.tokens :].cpu().tolist()
+        if setting == "target":
+            alone[prompt.name] = new
         row.update(
-            output_tokens=int(new.shape[0]),
+            output_tokens=len(new),
             seconds=seconds,
-            tokens_per_s=int(new.shape[0]) / seconds,
-            same_as_target_record=None if reference is None else bool(torch.equal(new, reference.output_ids[0])),
+            tokens_per_s=len(new) / seconds,
+            same_as_target=None if prompt.name not in alone else new == alone[prompt.name],
+            new_ids=new,
             prefill_seconds={"target": cache.target.seconds, "draft": cache.draft.seconds},
             gamma=args.gamma,
             dtype=str(target.dtype).removeprefix("torch."),
@@ -181,12 +189,75 @@ def run_speed(args) -> None:
             handle.write(json.dumps(row) + "\n")
 
 
+def speed_table(folder: Path) -> str:
+    """
+    Per setting, over the prompts of a `speed` folder: decode tokens/s (new tokens over the decode phase), speed-up
+    over the target alone and over transformers' own assisted generation (mean of per-prompt ratios, range), AL,
+    retention (AL over the full RiftCache's on the same prompt, same run), drafter KV peak, output = target alone.
+    """
+    import statistics
+
+    from rift_hf.tables import pipe_table
+
+    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    by = {(r["prompt"], r["setting"]): r for r in rows}
+    prompts = list(dict.fromkeys(r["prompt"] for r in rows))
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+
+    def ratios(setting, over, key="tokens_per_s", flip=False):
+        values = []
+        for p in prompts:
+            a, b = by.get((p, setting)), by.get((p, over))
+            if a and b and a.get(key) and b.get(key):
+                values.append(b[key] / a[key] if flip else a[key] / b[key])
+        return values
+
+    def cell(values, fmt="{:.2f}"):
+        if not values:
+            return "-"
+        mean = fmt.format(statistics.mean(values))
+        return mean if len(values) == 1 else f"{mean} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+    full = "full" if "full" in settings else None
+    table = []
+    for setting in settings:
+        mine = [by[p, setting] for p in prompts if (p, setting) in by]
+        kv = [r["peak_kv_bytes"] + r.get("peak_store_bytes", 0) for r in mine if r.get("peak_kv_bytes") is not None]
+        table.append(
+            [
+                setting,
+                cell([r["tokens_per_s"] for r in mine]),
+                cell(ratios(setting, "target")) + "x",
+                cell(ratios(setting, "transformers")) + "x" if "transformers" in settings else "-",
+                cell([r["al"] for r in mine if r.get("al")]),
+                cell(ratios(setting, full, "al")) if full and setting not in ("target", "transformers") else "-",
+                cell([b / 2**20 for b in kv], "{:.0f}") + " MiB" if kv else "-",
+                f"{sum(bool(r['same_as_target']) for r in mine)}/{len(mine)}",
+            ]
+        )
+    first = rows[0]
+    lengths = sorted({r["input_tokens"] for r in rows})
+    prefill = [r["prefill_seconds"] for r in rows if r["setting"] == "target"]
+    head = (
+        f"{len(prompts)} prompts ({', '.join(dict.fromkeys(r['task'] for r in rows))}), {lengths[0]}-{lengths[-1]} "
+        f"input tokens, {first['output_tokens']} new tokens, gamma <= {first['gamma']}, {first['dtype']}, "
+        f"{first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}. Decode phase only: each prompt's "
+        f"forwards were recorded once (target {cell([p['target'] for p in prefill], '{:.0f}')} s, drafter "
+        f"{cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them.\n\n"
+    )
+    headers = [
+        "setting", "tokens/s", "vs target alone", "vs transformers' assisted", "AL", "retention", "drafter KV peak",
+        "output = target alone",
+    ]  # fmt: skip
+    return head + pipe_table(headers, table) + "\n"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("prefill", "speed"):
         p = sub.add_parser(name)
-        p.add_argument("--preset", default="qwen-coder", choices=sorted(PRESETS))
+        p.add_argument("--preset", default="qwen-coder", choices=["tiny-random", *sorted(PRESETS)])
         p.add_argument("--input-tokens", type=int, required=True)
         p.add_argument("--new-tokens", type=int, default=256)
         p.add_argument("--per-task", type=int, default=8)
@@ -203,7 +274,24 @@ def main(argv=None) -> None:
     speed.add_argument("--delta", type=int, default=128)
     speed.add_argument("--draft-options", type=json.loads, default={}, help="generation-config fields, as JSON")
     speed.add_argument("--out", type=Path, required=True)
+    speed.add_argument("--resume", action="store_true", help="continue <out>/rows.jsonl instead of starting afresh")
+    speed.add_argument(
+        "--drop-prefills", action="store_true", help="delete each prompt's recorded forwards once loaded (GBs at 32K)"
+    )
+    table = sub.add_parser("table", help="the decode-phase rows of a `speed` folder as a markdown table")
+    table.add_argument("folder", type=Path)
+    table.add_argument("--readme", type=Path, help="write the table into this file's block (--block)")
+    table.add_argument("--block", default="decode-phase")
     args = parser.parse_args(argv)
+    if args.command == "table":
+        text = speed_table(args.folder)
+        (args.folder / "table.md").write_text(text)
+        print(text)
+        if args.readme:
+            from rift_hf.cli import write_into_readme
+
+            write_into_readme(text, args.readme, args.block)
+        return
     args.prefills = args.prefills or prefills_root()
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

@@ -182,6 +182,7 @@ def run_policy(
             "window": max(1, min(window, budget_tokens // 2)),
             "delta": 32,
             "track_attention_mass": policy != "full",
+            "draft_length": "fixed",  # the gamma chosen on the page, every round
         }
         kwargs = {"assistant_model": preset.draft, "cache_implementation": "rift", "cache_config": config}
     streamer = None if alone else RoundStreamer()

@@ -295,7 +295,7 @@ class RiftLayer(CacheLayerMixin):
         if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
             # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
             self.working.commit()
-            self._summarise_pages(self.working.keys, self.working.committed)
+            self._summarise_pages(self.working, self.working.committed)
             self.compressed = True
         elif self.is_initialized and self.seen > cache.budget:
             if not self.compressed:
@@ -315,17 +315,17 @@ class RiftLayer(CacheLayerMixin):
             self.store.commit(self.seen)
         self.committed = self.stored
 
-    def _summarise_pages(self, keys: torch.Tensor, committed: int) -> None:
-        """Append the policy's summary of every whole page among the first `committed` rows of `keys`
-        (`[B, H_kv, T, D]`, row = position: the working set of a retrieval policy, the store of page-round) not yet
-        summarised (`self.pages`, kept on the compute device)."""
+    def _summarise_pages(self, rows, committed: int) -> None:
+        """Append the policy's summary of every whole page among the first `committed` rows of `rows` (row =
+        position: the working set of a retrieval policy, the store of page-round) not yet summarised (`self.pages`,
+        kept on the compute device). Only the new pages' keys are read (dequantised, from a quantised store)."""
         config = self.cache.config
         page, n_sink = config.block_size, config.n_sink
         whole = max(0, (committed - n_sink) // page)
         done = 0 if self.pages is None else self.pages.length
         if whole <= done and self.pages is not None:
             return
-        keys = keys[:, :, n_sink + done * page : n_sink + whole * page].to(self.device)
+        keys = rows.key_rows(n_sink + done * page, n_sink + whole * page).to(self.device)
         summaries = self.cache.policy.summarise(keys.unflatten(2, (whole - done, page)))
         if self.pages is None:
             self.pages = Rows(summaries, whole + self.HEADROOM, with_values=False)
@@ -374,24 +374,30 @@ class RiftLayer(CacheLayerMixin):
                 "attn_implementation='rift' after `import rift_hf`."
             )
         policy, hi = self.cache.policy, self.seen - self._recent()
-        keys, values = self.store.used_keys, self.store.used_values  # dequantised for a quantised store
         if selected is not None:
             self.selected = selected
         elif policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
-            self._summarise_pages(keys, self.seen)  # the keys read above: a quantised store dequantises once
+            self._summarise_pages(self.store, self.seen)
             pages, count = self.pages.used_keys, self.cache.n_select
             query = self.cache.scoring_query(self.layer_idx, self.queries)
             self.selected = policy.select_pages(query, pages, self.scale, config.n_sink, hi, count)
         else:
             query = self.cache.scoring_query(self.layer_idx, self.queries)
+            keys = self.store.used_keys  # every stored key (dequantised, from a quantised store)
             scores = policy.score(query, keys.to(query.device), self.scale, self.sinks)
             self.selected = policy.select(scores, config.n_sink, hi, self.cache.n_select)
-        self._build(None if self.indexed else keys, None if self.indexed else values)
+        if self.indexed:
+            self._build(None, None)
+        elif isinstance(self.store, QuantizedRows):
+            self._build(None, None, gather=self.store.gather)  # only the kept rows are dequantised
+        else:
+            self._build(self.store.used_keys, self.store.used_values)
         if self.cache.schedule.logs_drift:
             self.drift_reference = self.drift_summary()
 
-    def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None) -> None:
-        """Lay out sinks, the selection and the recent window from rows `keys`/`values` (row = position)."""
+    def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None, gather=None) -> None:
+        """Lay out sinks, the selection and the recent window from rows `keys`/`values` (row = position), or from
+        the rows `gather(index)` returns (a quantised store dequantising only them)."""
         n_sink = self.cache.config.n_sink
         heads, device = self.working.shape[1], self.device
         selected = self.selected if self.selected is not None else torch.empty(heads, 0, dtype=torch.long)
@@ -414,7 +420,11 @@ class RiftLayer(CacheLayerMixin):
             recent = min(recent, index.shape[-1] - n_sink)
             selected = index[:, n_sink : index.shape[-1] - recent]
         ring = None if self.cache.config.snapkv_grow else recent
-        self.working.build(keys, values, index, n_sink + selected.shape[-1], ring, self.HEADROOM)
+        positions = None
+        if gather is not None:  # rows already in the order of `index`
+            keys, values = gather(index)
+            index, positions = torch.arange(index.shape[-1], device=device).expand(heads, -1), index
+        self.working.build(keys, values, index, n_sink + selected.shape[-1], ring, self.HEADROOM, positions)
         self.compressed = True
 
 
@@ -697,7 +707,7 @@ class RiftCache(Cache):
         first = layers[0]
         if not all(
             layer.compressed
-            and type(layer.store) is Rows
+            and isinstance(layer.store, (Rows, QuantizedRows))
             and layer.queries is not None
             and layer.queries.shape[2] > 0
             and layer.queries.shape[1] == first.queries.shape[1]  # heads of a group kept together when stacked
@@ -710,7 +720,7 @@ class RiftCache(Cache):
         ):
             return None
         for layer in layers:
-            layer._summarise_pages(layer.store.used_keys, layer.seen)
+            layer._summarise_pages(layer.store, layer.seen)
         query = torch.cat([self.scoring_query(layer.layer_idx, layer.queries)[:, :, -1:] for layer in layers], dim=1)
         pages = torch.cat([layer.pages.used_keys for layer in layers], dim=1)
         hi = first.seen - first._recent()

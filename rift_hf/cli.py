@@ -381,9 +381,12 @@ def _generate(memo: dict | None, key, model, ids, **kwargs):
 
 
 def policy_config(label: str, budget, window: int, delta: int, extra: dict | None) -> dict:
-    """`rift-dyn@delta=16` -> `{"policy": "rift-dyn", ..., "delta": 16}` (values parsed as JSON where possible)."""
+    """`rift-dyn@delta=16` -> `{"policy": "rift-dyn", ..., "delta": 16}` (values parsed as JSON where possible).
+    Measurements draft a fixed length (`draft_length="fixed"`, as acceptance is measured); `@draft_length=auto` asks
+    for the cost-aware length of the default settings."""
     policy, _, overrides = label.partition("@")
-    config = {"policy": policy, "budget": budget, "window": window, "delta": delta, **(extra or {})}
+    config = {"policy": policy, "budget": budget, "window": window, "delta": delta, "draft_length": "fixed"}
+    config.update(extra or {})
     for item in filter(None, overrides.split(",")):
         key, _, value = item.partition("=")
         try:
@@ -1120,6 +1123,12 @@ def main(argv=None) -> None:
         "--cached-only", action="store_true", help="leave out prompts whose target output is not cached yet"
     )
     rep.add_argument(
+        "--prefills",
+        type=Path,
+        help="read the drafter's prompt forwards from prompt caches saved here (benchmarks.long_inputs prefill; "
+        "default location ~/.cache/rift-hf/prefills) instead of computing them",
+    )
+    rep.add_argument(
         "--attention-mass",
         action="store_true",
         help="measurement mode (track_attention_mass for every policy): each row records the share of the full "
@@ -1394,6 +1403,7 @@ def main(argv=None) -> None:
             models=models,
             extra={"track_attention_mass": True} if args.attention_mass else None,
             budget_tokens=args.budget_tokens,
+            prefills=args.prefills,
         )
         for result in results:
             print(markdown_table(result))

@@ -77,9 +77,11 @@ class RiftConfig:
             working-set copy. Saves the working set's memory; slower per step on an H200 (one program per query
             head at decode: rift-dyn in place 4.4 ms of kernel time per drafter step, rift-stat with its working-set
             copy 2.3 ms, 2026-11-30).
-        store_dtype (`str`, *optional*), store_group_size (`int`, defaults to 64), store_residual (`int`, defaults to
-            64): keep a store policy's full store in `int8`/`int4`/`int2` (optimum-quanto), the newest
-            `store_residual` committed rows in the model's dtype.
+        store_dtype (`str`, *optional*, defaults to `"auto"`), store_group_size (`int`, defaults to 64), store_residual
+            (`int`, defaults to 64): keep a store policy's full store in `int8`/`int4`/`int2` (keys per channel over
+            groups of `store_group_size` tokens, values per token over groups of `store_group_size` channels), the
+            newest `store_residual` committed rows in the model's dtype; `None` keeps it in the model's dtype.
+            `"auto"` is the policy's own choice: `int4` for `page-round`, `None` for the others.
         kv_dtype (`str`, *optional*) and kv_group_size (`int`, defaults to 64): keep the *selected* rows of the
             working set in `int8`/`int4`/`int2` (optimum-quanto); sinks and the recent window stay in the model's
             dtype, and attention reads the selection dequantised. For the policies that select (not `full`, `swa`,
@@ -93,6 +95,11 @@ class RiftConfig:
             holding `selection_head.safetensors`) through which the scorer reads the queries of a policy that scores
             with them; the drafter's own attention is unchanged. A relative path in a saved config is read relative
             to the folder it was saved in (`from_pretrained`).
+        draft_length (`str`, defaults to `"auto"`): in assisted generation, `"auto"` drafts each round the number of
+            tokens that maximises expected tokens per second (measured drafter and verification costs, acceptance
+            per draft position; up to the drafter's `num_assistant_tokens`), and lets the target decode alone when no
+            length beats it (`rift_hf.generation.draft_length`); `"fixed"` keeps transformers' schedule
+            (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as acceptance measurements need.
 
     Example:
 
@@ -125,13 +132,14 @@ class RiftConfig:
     snapkv_grow: bool = False
     track_attention_mass: bool = False
     attend_in_place: bool = False
-    store_dtype: str | None = None
+    store_dtype: str | None = "auto"
     store_group_size: int = 64
     store_residual: int = 64
     kv_dtype: str | None = None
     kv_group_size: int = 64
     kv_equal_bytes: bool | str = False
     selection_head: str | None = None
+    draft_length: str = "auto"
 
     def __post_init__(self):
         if not isinstance(self.policy, str):
@@ -189,6 +197,8 @@ class RiftConfig:
                     f"Policy {self.policy!r} does not select with its recent queries, so a `selection_head` has "
                     "nothing to act on; drop it, or use a scored policy such as 'rift-stat'."
                 )
+        if self.store_dtype == "auto":  # the policy's choice, unless attending the store in place (full precision)
+            self.store_dtype = None if self.attend_in_place else policy_class(self.policy).store_dtype
         if self.store_device is not None:
             self._check_store_device()
         if self.store_dtype is not None:
@@ -215,6 +225,11 @@ class RiftConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+        if self.draft_length not in ("auto", "fixed"):
+            raise ValueError(
+                f"`draft_length` must be 'auto' (cost-aware, per round) or 'fixed' (transformers' "
+                f"num_assistant_tokens schedule), got {self.draft_length!r}."
+            )
         if self.pool not in ("avg", "max"):
             raise ValueError(f"`pool` must be 'avg' or 'max', got {self.pool!r}.")
         if self.pool_kernel % 2 == 0:

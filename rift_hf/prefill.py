@@ -31,6 +31,19 @@ def prompt_digest(input_ids: torch.Tensor) -> str:
     return hashlib.sha256(input_ids.detach().cpu().to(torch.int64).numpy().tobytes()).hexdigest()[:16]
 
 
+def prefills_root() -> Path:
+    """Where prompt caches are kept by default: `$RIFT_HF_HOME/prefills` (`~/.cache/rift-hf/prefills`)."""
+    import os
+
+    return Path(os.environ.get("RIFT_HF_HOME", Path.home() / ".cache" / "rift-hf")) / "prefills"
+
+
+def prefill_folder(root: Path, preset: str, prompt, dtype: torch.dtype) -> Path:
+    """The folder of a prompt's cache (`PromptCache.save`): keyed by model preset, prompt name and digest, dtype."""
+    safe = prompt.name.replace(":", "-").replace("/", "-")
+    return Path(root) / preset / f"{safe}-{prompt_digest(prompt.input_ids)}-{str(dtype).removeprefix('torch.')}"
+
+
 @dataclass
 class Prefill:
     """One model's prompt forward, recorded once and handed to every cache that starts from it (`load_prefill`)."""

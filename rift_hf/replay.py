@@ -24,6 +24,7 @@ in floating point, so in low precision (bf16) a near-tie can flip a draft. Repla
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
@@ -38,7 +39,7 @@ from .cache import RiftCache
 from .config import RiftConfig
 from .generation.candidate import draft_entropy, use_rift_attention
 from .generation.stats import RiftStats
-from .prefill import Prefill, load_prefill, prompt_digest, record_prompt_forward
+from .prefill import Prefill, load_prefill, load_prefill_file, prefill_folder, prompt_digest, record_prompt_forward
 
 # Generation-config fields whose logits processors (or stopping rules) replay does not reproduce.
 _UNSUPPORTED = {
@@ -282,7 +283,8 @@ def replay(
     Args:
         draft: the drafter (any model `cache_implementation="rift"` accepts as `assistant_model`).
         record (`TargetOutput`): the target's greedy output for the prompt (`target_output`).
-        rift_config: the drafter cache policy (`RiftConfig`, dict of its fields, or a preset name).
+        rift_config: the drafter cache policy (`RiftConfig`, dict of its fields, or a preset name). Its
+            `draft_length` is taken as `"fixed"`: replay drafts `gamma` tokens by `schedule`.
         gamma, schedule: draft length and its schedule (`"constant"` or `"heuristic"`); default to the drafter's
             `generation_config` (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as `generate` does.
         prefill (`Prefill`, *optional*): the drafter's prompt forward recorded by `capture_prefill` (shared between
@@ -293,7 +295,9 @@ def replay(
         `RiftStats` with the rounds (`drafted`, `accepted`, `draft_seconds`, `signals`) as real assisted generation
         records them (`draft_seconds` here times teacher-forced forwards, not real drafting).
     """
-    config = RiftConfig.coerce(rift_config)
+    # Replay reproduces a given schedule (`gamma`, `schedule`): the config's cost-aware draft length, whose choices
+    # depend on timing, is what it replaces.
+    config = dataclasses.replace(RiftConfig.coerce(rift_config), draft_length="fixed")
     generation = draft.generation_config
     gamma = int(generation.num_assistant_tokens if gamma is None else gamma)
     schedule = generation.num_assistant_tokens_schedule if schedule is None else schedule
@@ -412,6 +416,7 @@ def replay_compare(
     models: tuple | None = None,
     cached_only: bool = False,
     budget_tokens: int | None = None,
+    prefills: Path | None = None,
 ) -> list[dict]:
     """
     `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
@@ -425,7 +430,8 @@ def replay_compare(
     time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts
     whose target output is not cached yet are left out (and named) instead of computed. With `budget_tokens`, the budget
     is that many tokens for every prompt (E3's fixed budget across input lengths) instead of `1/compression` of it:
-    `compressions` is then ignored and the rows go to `<out_dir>/<budget_tokens>tok/`.
+    `compressions` is then ignored and the rows go to `<out_dir>/<budget_tokens>tok/`. With `prefills`, the drafter's
+    prompt forward is read from a prompt cache saved there (`rift_hf.prefill.prefill_folder`) where one exists.
     """
     from tqdm.auto import tqdm
 
@@ -501,7 +507,12 @@ def replay_compare(
             row = same[0]
         else:
             if prefill_of != prompt.name:
-                prefill, prefill_of = capture_prefill(draft, record, largest_window), prompt.name
+                prefill, prefill_of = None, prompt.name
+                saved = None if prefills is None else prefill_folder(prefills, preset, prompt, draft.dtype)
+                if saved is not None and (saved / "draft.safetensors").is_file():
+                    prefill = load_prefill_file(saved / "draft.safetensors", draft.device)[0]
+                if prefill is None or not prefill.serves(draft, largest_window):
+                    prefill = capture_prefill(draft, record, largest_window)
             tick = time.perf_counter()
             stats = replay(draft, record, configs[compression, policy], prefill=prefill)
             row = {

@@ -106,6 +106,10 @@ class Rows:
     def used_keys(self) -> torch.Tensor | None:
         return None if self.keys is None else self.keys[:, :, : self.length]
 
+    def key_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Keys of rows `[start, stop)` (a view)."""
+        return self.keys[:, :, start:stop]
+
     @property
     def used_values(self) -> torch.Tensor | None:
         return None if self.values is None else self.values[:, :, : self.length]
@@ -194,10 +198,20 @@ class WorkingSet(Rows):
         """Rows the attention reads (`used_keys`): the used rows here; a quantised selection adds its own."""
         return self.length
 
-    def build(self, keys, values, index: torch.Tensor, fixed: int, ring_size: int | None, headroom: int) -> None:
+    def build(
+        self,
+        keys,
+        values,
+        index: torch.Tensor,
+        fixed: int,
+        ring_size: int | None,
+        headroom: int,
+        positions: torch.Tensor | None = None,
+    ) -> None:
         """
-        Lay out rows `index` (`[H, n]`, absolute positions = rows of `keys`/`values` `[B, H, T, D]`) as the working
-        set: the first `fixed` are sinks and selection, the rest (ascending, the newest last) fill the ring.
+        Lay out rows `index` (`[H, n]`, rows of `keys`/`values` `[B, H, T, D]`, which are also their absolute
+        positions unless `positions` gives them) as the working set: the first `fixed` are sinks and selection, the
+        rest (ascending, the newest last) fill the ring.
         """
         n = index.shape[-1]
         index = index.to(self.device)
@@ -226,7 +240,7 @@ class WorkingSet(Rows):
         elif rows is not None:
             self.keys[:, :, :n].copy_(rows[0])
             self.values[:, :, :n].copy_(rows[1])
-        self.positions[:, :n].copy_(index)
+        self.positions[:, :n].copy_(index if positions is None else positions)
         self.length = n
         self.fixed = fixed
         self.ring_fill = n - fixed
@@ -337,21 +351,59 @@ class Quantizer:
         return _nbytes(self.quantize(sample)) / rows
 
 
+_BITS = {"int8": 8, "int4": 4, "int2": 2}
+
+
+def _pack(q: torch.Tensor, bits: int) -> torch.Tensor:
+    """Unsigned codes `[..., D]` (< 2**bits) -> bytes `[..., D * bits / 8]`, the lowest bits holding the first."""
+    if bits == 8:
+        return q.to(torch.uint8)
+    per = 8 // bits
+    q = q.to(torch.uint8).unflatten(-1, (-1, per))
+    shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=q.device)
+    return (q << shifts).sum(-1, dtype=torch.uint8)
+
+
+def _unpack(data: torch.Tensor, bits: int) -> torch.Tensor:
+    """`_pack`'s inverse: bytes `[..., D * bits / 8]` -> codes `[..., D]` (uint8)."""
+    if bits == 8:
+        return data
+    shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=data.device)
+    return ((data[..., None] >> shifts) & (2**bits - 1)).flatten(-2)
+
+
 class QuantizedRows:
     """
-    A full store whose committed rows, past the newest `residual`, are kept by optimum-quanto in `dtype` (int8, int4
-    or int2; keys per channel over groups of `group_size` tokens, values per token, see `Quantizer`), in chunks of
-    `residual` rows; the newest rows stay in full precision (`Rows`), so a rollback never touches a
-    quantised row. `used_keys`/`used_values` dequantise everything (what a rescoring reads).
+    A full store whose committed rows, past the newest `residual`, are kept in `dtype` (int8, int4 or int2) in
+    contiguous packed buffers; the newest rows stay in full precision (`recent`), so a rollback never touches a
+    quantised row. Rows are quantised in chunks of `residual` once `residual` newer committed rows follow them.
+
+    Keys per channel (as KIVI: a few key channels carry outliers that would swamp a per-token range), over groups of
+    `min(group_size, residual)` tokens; values per token, over groups of `min(group_size, D)` channels. int8 is
+    symmetric (absmax / 127, one scale per group; for keys the group is the whole chunk), int4 and int2 affine
+    (min and step per group). `gather` dequantises only the rows asked for (what a page refresh reads); `used_keys` /
+    `used_values` dequantise everything (what a rescoring over the whole store reads).
     """
 
     def __init__(self, like: torch.Tensor, dtype: str, group_size: int, residual: int, device=None):
-        self.quantizers = Quantizer(like, dtype, group_size, per_channel=True), Quantizer(like, dtype, group_size)
+        if dtype not in _BITS:
+            raise ValueError(f"A quantised dtype must be one of {', '.join(_BITS)}, got {dtype!r}.")
+        batch, heads, _, dim = like.shape
+        self.bits = _BITS[dtype]
+        self.key_group = residual if self.bits == 8 else min(group_size, residual)
+        self.value_group = dim if self.bits == 8 else min(group_size, dim)
+        if residual % self.key_group or dim % self.value_group or (dim * self.bits) % 8:
+            raise ValueError(
+                f"The store's quantisation group ({group_size}) must divide its residual ({residual}) and the head "
+                f"dim ({dim}); pick a power of two such as 64 (RiftConfig(store_group_size=...))."
+            )
         self.residual_rows = residual
         self.recent = Rows(like, 2 * residual, device)
         self.shape, self.dtype, self.device = self.recent.shape, self.recent.dtype, self.recent.device
-        self.chunks: list[tuple] = []  # (quantised keys, quantised values, rows)
         self.quantized = 0
+        self.capacity = 0
+        self.key_data = self.key_scale = self.key_shift = None
+        self.value_data = self.value_scale = self.value_shift = None
 
     @property
     def length(self) -> int:
@@ -366,42 +418,130 @@ class QuantizedRows:
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         self.recent.append(keys, values)
 
+    def _reserve(self, rows: int) -> None:
+        """Room for `rows` quantised rows (doubling)."""
+        if rows <= self.capacity:
+            return
+        batch, heads, dim = self.shape
+        capacity = max(rows, 2 * self.capacity)
+        kinds = {
+            "key_data": ((batch, heads, capacity, dim * self.bits // 8), torch.uint8),
+            "key_scale": ((batch, heads, capacity // self.key_group, dim), self.dtype),
+            "value_data": ((batch, heads, capacity, dim * self.bits // 8), torch.uint8),
+            "value_scale": ((batch, heads, capacity, dim // self.value_group), self.dtype),
+        }
+        if self.bits < 8:
+            kinds["key_shift"] = kinds["key_scale"]
+            kinds["value_shift"] = kinds["value_scale"]
+        for name, (shape, dtype) in kinds.items():
+            new = torch.empty(shape, dtype=dtype, device=self.device)
+            old = getattr(self, name)
+            if old is not None:
+                new[:, :, : old.shape[2]].copy_(old)
+            setattr(self, name, new)
+        self.capacity = capacity
+
+    def _quantize(self, rows: torch.Tensor, groups: int, axis: int):
+        """Codes, scales and shifts of `rows` `[B, H, n, D]` with `groups` groups along `axis` (2: tokens, per
+        channel; 3: channels, per token)."""
+        grouped = rows.float().unflatten(axis, (groups, -1))  # the group's members on axis + 1
+        if self.bits == 8:
+            scale = grouped.abs().amax(axis + 1, keepdim=True).clamp_min(1e-12) / 127
+            codes = (grouped / scale).round().clamp(-127, 127) + 128  # stored unsigned
+            return codes.flatten(axis, axis + 1), scale.squeeze(axis + 1), None
+        low, high = grouped.amin(axis + 1, keepdim=True), grouped.amax(axis + 1, keepdim=True)
+        scale = ((high - low) / (2**self.bits - 1)).clamp_min(1e-12)
+        codes = ((grouped - low) / scale).round().clamp(0, 2**self.bits - 1)
+        return codes.flatten(axis, axis + 1), scale.squeeze(axis + 1), low.squeeze(axis + 1)
+
     def commit(self, committed: int) -> None:
         """The first `committed` rows are verified: quantise the whole chunks of them that left the residual window."""
         residual = self.residual_rows
         chunks = (committed - self.quantized - residual) // residual  # keep >= `residual` committed rows exact
         if chunks <= 0:
             return
-        for i in range(chunks):
-            rows = slice(i * residual, (i + 1) * residual)
-            keys, values = self.recent.keys[:, :, rows], self.recent.values[:, :, rows]
-            keys, values = (q.quantize(rows) for q, rows in zip(self.quantizers, (keys, values), strict=True))
-            self.chunks.append((keys, values, residual))
         done = chunks * residual
+        start, end = self.quantized, self.quantized + done
+        self._reserve(end)
+        keys, values = self.recent.keys[:, :, :done], self.recent.values[:, :, :done]
+        codes, scale, shift = self._quantize(keys, done // self.key_group, axis=2)
+        self.key_data[:, :, start:end] = _pack(codes, self.bits)
+        groups = slice(start // self.key_group, end // self.key_group)
+        self.key_scale[:, :, groups] = scale
+        if shift is not None:
+            self.key_shift[:, :, groups] = shift
+        codes, scale, shift = self._quantize(values, self.shape[2] // self.value_group, axis=3)
+        self.value_data[:, :, start:end] = _pack(codes, self.bits)
+        self.value_scale[:, :, start:end] = scale
+        if shift is not None:
+            self.value_shift[:, :, start:end] = shift
         left = self.recent.length - done
         self.recent.keys[:, :, :left] = self.recent.keys[:, :, done : done + left].clone()
         self.recent.values[:, :, :left] = self.recent.values[:, :, done : done + left].clone()
         self.recent.length = left
-        self.quantized += done
+        self.quantized = end
 
-    def _dense(self, index: int) -> torch.Tensor:
-        batch, heads, dim = self.shape
-        quantizer = self.quantizers[index]
-        parts = [quantizer.dequantize(chunk[index], (batch, heads, chunk[2], dim)) for chunk in self.chunks]
-        recent = self.recent.used_keys if index == 0 else self.recent.used_values
-        return torch.cat([*parts, recent], dim=2) if parts else recent
+    def _dequantize(self, codes, scale, shift, expand: int, axis: int) -> torch.Tensor:
+        codes = _unpack(codes, self.bits).float()
+        scale = scale.float().repeat_interleave(expand, dim=axis)
+        if self.bits == 8:
+            return ((codes - 128) * scale).to(self.dtype)
+        return (codes * scale + shift.float().repeat_interleave(expand, dim=axis)).to(self.dtype)
+
+    def _keys(self, rows: torch.Tensor) -> torch.Tensor:
+        """Dequantised keys of quantised row numbers `rows` (`[H, n]`): `[B, H, n, D]`."""
+        heads = torch.arange(rows.shape[0], device=self.device)[:, None]
+        groups = rows // self.key_group
+        scale = self.key_scale[:, heads, groups]
+        shift = None if self.key_shift is None else self.key_shift[:, heads, groups]
+        return self._dequantize(self.key_data[:, heads, rows], scale, shift, 1, -1)
+
+    def _values(self, rows: torch.Tensor) -> torch.Tensor:
+        heads = torch.arange(rows.shape[0], device=self.device)[:, None]
+        scale = self.value_scale[:, heads, rows]
+        shift = None if self.value_shift is None else self.value_shift[:, heads, rows]
+        return self._dequantize(self.value_data[:, heads, rows], scale, shift, self.value_group, -1)
+
+    def gather(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values `[B, H, n, D]` of row numbers `index` (`[H, n]`, < `length`), dequantising only those."""
+        index = index.to(self.device)
+        old = index < self.quantized
+        packed = index.clamp(max=max(self.quantized - 1, 0))
+        fresh = (index - self.quantized).clamp(min=0)
+        heads = torch.arange(index.shape[0], device=self.device)[:, None]
+        recent_keys = self.recent.keys[:, heads, fresh]
+        recent_values = self.recent.values[:, heads, fresh]
+        if not self.quantized:
+            return recent_keys, recent_values
+        where = old[None, :, :, None]
+        return (
+            torch.where(where, self._keys(packed), recent_keys),
+            torch.where(where, self._values(packed), recent_values),
+        )
+
+    def key_rows(self, start: int, stop: int) -> torch.Tensor:
+        """Dequantised keys of rows `[start, stop)`: `[B, H, stop - start, D]`."""
+        rows = torch.arange(start, stop, device=self.device).expand(self.shape[1], -1)
+        return self.gather(rows)[0]
 
     @property
     def used_keys(self) -> torch.Tensor:
-        return self._dense(0)
+        return self.key_rows(0, self.length)
 
     @property
     def used_values(self) -> torch.Tensor:
-        return self._dense(1)
+        rows = torch.arange(self.length, device=self.device).expand(self.shape[1], -1)
+        return self.gather(rows)[1]
 
     def nbytes(self, length: int | None = None) -> int:
-        """Bytes held: the quantised chunks (data, scales, shifts) plus the full-precision rows."""
-        return sum(_nbytes(k) + _nbytes(v) for k, v, _ in self.chunks) + self.recent.nbytes()
+        """Bytes held by the used rows: packed codes, scales and shifts, plus the full-precision rows."""
+        batch, heads, dim = self.shape
+        element = torch.empty(0, dtype=self.dtype).element_size()
+        per_row = 2 * dim * self.bits // 8  # key and value codes
+        per_row += element * (dim // self.value_group) * (1 if self.bits == 8 else 2)  # value scales (and shifts)
+        key_groups = self.quantized // self.key_group
+        scales = batch * heads * key_groups * dim * element * (1 if self.bits == 8 else 2)
+        return batch * heads * self.quantized * per_row + scales + self.recent.nbytes()
 
 
 class QuantizedWorkingSet(WorkingSet):
@@ -428,16 +568,19 @@ class QuantizedWorkingSet(WorkingSet):
     def attended(self) -> int:
         return self.length + self.selected
 
-    def build(self, keys, values, index: torch.Tensor, fixed: int, ring_size: int | None, headroom: int) -> None:
+    def build(self, keys, values, index, fixed, ring_size, headroom, positions=None) -> None:
+        positions = index if positions is None else positions
         sinks = min(self.n_sink, fixed)
         chosen = index[:, sinks:fixed].to(self.device)
         self.selection = None
         if chosen.shape[-1]:
             gather = chosen.to(keys.device)[None, :, :, None].expand(keys.shape[0], -1, -1, keys.shape[-1])
             rows = [torch.gather(tensor, 2, gather).to(self.device) for tensor in (keys, values)]
-            self.selection = (self.quantizers[0].quantize(rows[0]), self.quantizers[1].quantize(rows[1]), chosen)
+            quantized = self.quantizers[0].quantize(rows[0]), self.quantizers[1].quantize(rows[1])
+            self.selection = (*quantized, positions[:, sinks:fixed].to(self.device))
         rest = torch.cat([index[:, :sinks], index[:, fixed:]], dim=-1)
-        super().build(keys, values, rest, sinks, ring_size, headroom)
+        kept = torch.cat([positions[:, :sinks], positions[:, fixed:]], dim=-1)
+        super().build(keys, values, rest, sinks, ring_size, headroom, kept)
 
     def _with_selection(self, rows: torch.Tensor, which: int) -> torch.Tensor:
         if self.selection is None:

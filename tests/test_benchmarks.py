@@ -250,3 +250,25 @@ def test_replay_agreement_runs_resume_and_refuse_another_setting(tmp_path):
     assert "old box" in head and head.endswith(f"2000-01-01, {resumed['runs'][-1]['date']}")
     with pytest.raises(SystemExit, match="another setting"):
         replay_agreement.main([*argv, "--new-tokens", "16"])
+
+
+def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
+    from benchmarks import long_inputs
+
+    common = ["--preset", "tiny-random", "--input-tokens", "160", "--new-tokens", "8", "--per-task", "1"]
+    common += ["--targets", str(tmp_path / "targets"), "--prefills", str(tmp_path / "prefills"), "--window", "4"]
+    long_inputs.main(["prefill", *common])
+    saved = sorted(p.name for p in (tmp_path / "targets" / "tiny-random").iterdir())
+    assert len(saved) == 2 and all(name.endswith("8tok-float32.json") for name in saved)
+    settings = "target,transformers,full,page-round@budget=64,page-round@draft_length=auto"
+    out = tmp_path / "speed"
+    args = ["speed", *common, "--settings", settings, "--out", str(out), "--gamma", "3"]
+    long_inputs.main(args)
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 10 and all(r["same_as_target"] for r in rows)
+    assert all(r["prefill_seconds"]["target"] > 0 for r in rows)
+    assert {r["budget"] for r in rows if r["setting"] == "page-round@budget=64"} == {64}
+    long_inputs.main([*args, "--resume"])  # nothing left to run
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 10
+    table = long_inputs.speed_table(out)
+    assert "| page-round@draft_length=auto" in table and "decode phase only" in table.lower()

@@ -12,7 +12,17 @@ from tiny import draft_target_pair, make_prompt
 
 GAMMA = 4
 NEW = 32
-SMALL = {"budget": 16, "window": 4, "delta": 4, "n_sink": 1, "block_size": 4, "a_min": 4, "a_max": 12}
+# Fixed draft lengths: rounds are compared between runs (the cost-aware length depends on timing).
+SMALL = {
+    "budget": 16,
+    "window": 4,
+    "delta": 4,
+    "n_sink": 1,
+    "block_size": 4,
+    "a_min": 4,
+    "a_max": 12,
+    "draft_length": "fixed",
+}
 # Attention-only drafters: a full-attention one, a sliding + full one, one with sinks (GPT-OSS).
 ARCHES = ("llama", "gemma3", "gpt_oss")
 

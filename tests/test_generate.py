@@ -20,6 +20,9 @@ GAMMA = 4
 PROMPT = 40
 NEW = 40
 SMALL = {
+    # Fixed draft lengths: these tests check the cache while it drafts every round (tiny models draft at a loss, so
+    # the cost-aware length would let the target decode alone; tests/test_draft_length.py covers it).
+    "draft_length": "fixed",
     "budget": 16,
     "window": 4,
     "delta": 4,
@@ -76,9 +79,15 @@ def test_greedy_assisted_output_equals_target_greedy(pairs, arch, policy, invari
     assert sum(r["accepted"] + 1 for r in stats.rounds) == NEW
     assert isinstance(target.generation_config.cache_implementation, type(None))
     assert invariant_log, "the drafter cache was never written"
+    # Rounds where the target decoded alone (the cost-aware draft length) leave their tokens to the drafter's next
+    # round, which feeds them in one forward before committing: they are in flight on top of the budget too.
+    idle = run = 0
+    for r in stats.rounds:
+        run = run + 1 if r["drafted"] == 0 else 0
+        idle = max(idle, run)
     for stored, budget, seq_length, written in invariant_log:
         if seq_length > PROMPT:  # the prefill forward holds the prompt until it is scored
-            assert stored <= budget + GAMMA + 1
+            assert stored <= budget + GAMMA + 1 + idle
         assert seq_length == written
     if policy != "full":
         assert max(s for s, _, n, _ in invariant_log if n > PROMPT) < PROMPT  # compression really happened
@@ -95,7 +104,7 @@ def test_pairs_have_both_accepted_and_rejected_drafts(pairs, arch):
         max_new_tokens=NEW,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": "full"},
+        cache_config={"policy": "full", "draft_length": "fixed"},
     )
     accepted = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
     assert any(0 < a for a in accepted) and any(a < GAMMA for a in accepted), accepted
@@ -370,6 +379,7 @@ def test_attention_mass_log_equals_one_query_at_a_time(monkeypatch, policy):
     target, draft = draft_target_pair("llama", GAMMA)
     ids = make_prompt(PROMPT, seed=4)
     config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4, "track_attention_mass": True}
+    config["draft_length"] = "fixed"  # every round drafts, so chunks of several queries are measured
     target.generate(ids, assistant_model=draft, max_new_tokens=16, do_sample=False, cache_implementation="rift",
                     cache_config=config)  # fmt: skip
     assert max(n for n, _ in checked) > 1  # chunks of several queries were measured

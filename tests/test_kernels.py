@@ -121,6 +121,7 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     target, draft = target.to(DEVICE), draft.to(DEVICE)
     ids = make_prompt(40, seed=3).to(DEVICE)
     config = {"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4, "attend_in_place": True}
+    config["draft_length"] = "fixed"  # every round drafts and rescores
     runs = {}
     calls = []
     import rift_hf.attention as backend

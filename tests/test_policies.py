@@ -226,7 +226,7 @@ def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed()
     target, draft = draft_target_pair("llama", 4)
     ids = make_prompt(60, seed=3)
     reference = target.generate(ids, max_new_tokens=30, do_sample=False)
-    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4}
+    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4, "draft_length": "fixed"}
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
     )

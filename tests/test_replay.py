@@ -14,6 +14,7 @@ GAMMA = 4
 PROMPT = 40
 NEW = 40
 SMALL = {
+    "draft_length": "fixed",  # rounds are compared with replay, which drafts gamma tokens
     "budget": 16,
     "window": 4,
     "delta": 4,

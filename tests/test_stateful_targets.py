@@ -9,7 +9,7 @@ from rift_hf import RiftCache
 from rift_hf.cache import RiftStateLayer
 from tiny import STATEFUL_TARGETS, make_prompt, perturbed_copy, pin_drafting, tiny_model
 
-CONFIG = {"budget": 16, "window": 4, "delta": 4}
+CONFIG = {"budget": 16, "window": 4, "delta": 4, "draft_length": "fixed"}  # rounds are compared
 
 
 def _pair(arch, drafter):

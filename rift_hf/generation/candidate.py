@@ -16,6 +16,7 @@ from transformers.generation.logits_process import MinNewTokensLengthLogitsProce
 from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
+from .draft_length import DraftLength
 from .stats import RiftStats
 
 
@@ -42,6 +43,36 @@ def draft_entropy(logits: torch.Tensor) -> list[float]:
     (`entr(0) = 0`; `p * log p` would make the whole entropy nan).
     """
     return torch.special.entr(torch.softmax(logits.float(), -1)).sum(-1).tolist()
+
+
+def _time_forwards(model, forwards: list) -> tuple:
+    """
+    Time each forward of `model` into `forwards` (one callable per forward, returning its seconds once the round has
+    synchronised): host clocks on a CPU, CUDA events on a GPU (recorded asynchronously, read after the round's sync,
+    so timing adds no synchronisation to the drafting path). Returns the hook handles to remove.
+    """
+    cuda = model.device.type == "cuda"
+    started: list = []
+
+    def before(*_):
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            started.append(event)
+        else:
+            started.append(time.perf_counter())
+
+    def after(*_):
+        start = started.pop()
+        if cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            forwards.append(lambda: start.elapsed_time(end) / 1000)
+        else:
+            seconds = time.perf_counter() - start
+            forwards.append(lambda: seconds)
+
+    return model.register_forward_pre_hook(before), model.register_forward_hook(after)
 
 
 def _sync(device: torch.device) -> None:
@@ -80,6 +111,11 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.assistant_kwargs["past_key_values"] = self.cache
         self.stats = RiftStats(policy=self.rift_config.policy)
         self._pending: dict | None = None
+        # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
+        self.draft_length = None
+        if self.rift_config.draft_length == "auto":
+            self.draft_length = DraftLength(max_length=max(1, int(self.num_assistant_tokens)))
+        self._candidates_at: float | None = None
         target_cache = model_kwargs.get("past_key_values")
         self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None
         # A recorded prompt forward (`generate_from`): the cache starts from it and the first draft comes from its
@@ -89,7 +125,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
 
         prefill = DRAFT_PREFILL.get()
         if prefill is not None:
-            if not prefill.serves(assistant_model, self.rift_config.window):
+            scored = self.rift_config.is_scored or self.rift_config.track_attention_mass
+            if scored and not prefill.serves(assistant_model, self.rift_config.window):
                 raise ValueError(
                     f"The drafter's recorded prompt forward ran on the {prefill.backend!r} attention backend with "
                     f"{min(q.shape[2] for q, _, _ in prefill.queries.values()) if prefill.queries else 0} queries, "
@@ -99,6 +136,13 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
                 )
             load_prefill(self.cache, prefill)
             self._first_logits = prefill.logits
+
+    def get_candidates(self, input_ids, **kwargs):
+        if self.draft_length is not None:
+            self.num_assistant_tokens = self.draft_length.choose()
+        candidates = super().get_candidates(input_ids, **kwargs)
+        self._candidates_at = time.perf_counter()  # the target's side of the round starts here
+        return candidates
 
     def _update_past_and_masks(self, input_ids, remove_from_pkv: int = 0, num_added_tokens: int = 1) -> bool:
         if self._first_logits is None:
@@ -148,24 +192,45 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         device = self.assistant_model.device
         _sync(device)
         tick = time.perf_counter()
-        if self._first_logits is not None:
-            candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
-        else:
-            candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+        forwards, hooks = [], ()
+        if self.draft_length is not None:
+            hooks = _time_forwards(self.assistant_model, forwards)
+        try:
+            if self._first_logits is not None:
+                candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
+            else:
+                candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+        finally:
+            for hook in hooks:
+                hook.remove()
         self.cache.settle()
         _sync(device)
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
         if self.target_cache is not None:
             self.target_cache.pending_drafts = drafted
         entropy = draft_entropy(candidate_logits[0])
-        self._pending = {"drafted": drafted, "draft_seconds": time.perf_counter() - tick, "entropy": entropy}
+        self._pending = {
+            "drafted": drafted,
+            "draft_seconds": time.perf_counter() - tick,
+            "entropy": entropy,
+            "forwards": [f() for f in forwards],
+        }
         return candidate_ids, candidate_logits
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         super().update_candidate_strategy(input_ids, scores, num_matches)
-        # A round without drafting (the length limit left no room) still costs one target step.
-        pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": []}
+        # A round without drafting (the length limit left no room, or the target alone was faster) still costs one
+        # target step.
+        pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": [], "forwards": []}
+        verify = None if self._candidates_at is None else time.perf_counter() - self._candidates_at
+        accepted = int(num_matches)
+        reason = None
+        if self.draft_length is not None:
+            reason = self.draft_length.chosen[-1][1]
+            self.draft_length.observe(
+                pending["drafted"], accepted, pending["draft_seconds"], verify, pending["forwards"]
+            )
         self.stats.record_round(
-            self.cache, pending["drafted"], int(num_matches), pending["draft_seconds"], pending["entropy"]
+            self.cache, pending["drafted"], accepted, pending["draft_seconds"], pending["entropy"], verify, reason
         )
         self._pending = None

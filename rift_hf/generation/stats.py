@@ -28,11 +28,21 @@ class RiftStats:
     peak_store_bytes: int = 0  # full stores of rift-dyn/ada (or the measurement mode), peak over rounds
     attention_mass: list = field(default_factory=list)  # (position, share kept), with track_attention_mass
 
-    def record_round(self, cache, drafted: int, accepted: int, draft_seconds: float, entropies: list[float]) -> None:
+    def record_round(
+        self,
+        cache,
+        drafted: int,
+        accepted: int,
+        draft_seconds: float,
+        entropies: list[float],
+        verify_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> None:
         """
         One verification round on `cache` (a `RiftCache`): feeds the ada signals (AL, and the drafter's entropy at
         the committed positions: the accepted drafts and the first rejected one) and updates rounds, rescorings,
-        peak memory, the attention-mass log, prompt length and budget.
+        peak memory, the attention-mass log, prompt length and budget. `verify_seconds` (the target's side of the
+        round) and `reason` (why the cost-aware draft length chose `drafted`) are kept where given.
         """
         cache.signals.observe_round(accepted, entropies[: accepted + 1])
         self.rounds.append(
@@ -41,6 +51,8 @@ class RiftStats:
                 "draft_seconds": draft_seconds,
                 "accepted": accepted,
                 "signals": cache.signals.snapshot(),
+                **({} if verify_seconds is None else {"verify_seconds": verify_seconds}),
+                **({} if reason is None else {"reason": reason}),
             }
         )
         self.rescorings = cache.events
@@ -79,6 +91,16 @@ class RiftStats:
         return 1000 * sum(r["draft_seconds"] for r in rounds) / drafted if drafted else float("nan")
 
     @property
+    def draft_lengths(self) -> list[int]:
+        """Tokens drafted in each round (chosen per round by the cost-aware draft length, `draft_length="auto"`)."""
+        return [r["drafted"] for r in self.rounds]
+
+    @property
+    def rounds_without_drafting(self) -> int:
+        """Rounds in which the target decoded alone (no draft was worth its cost, or the length limit left none)."""
+        return sum(r["drafted"] == 0 for r in self.rounds)
+
+    @property
     def rescore_seconds(self) -> float:
         return sum(e["seconds"] for e in self.rescorings)
 
@@ -90,6 +112,7 @@ class RiftStats:
             "acceptance_length": self.acceptance_length,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "rounds_without_drafting": self.rounds_without_drafting,
             "draft_seconds": self.draft_seconds,
             "decode_ms_per_draft_token": self.decode_ms_per_draft_token,
             "rescore_seconds": self.rescore_seconds,

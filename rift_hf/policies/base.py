@@ -64,6 +64,8 @@ class Policy:
             them with `select_pages` instead of scoring every key with `score` (page-round).
         stacks_layers: `select_pages` chooses for every KV head on its own, so the cache may stack the heads of all
             compressed layers into one call (one scoring and ranking per refresh, not one per layer).
+        store_dtype: what `RiftConfig(store_dtype="auto")` (the default) keeps the full store in: None (the model's
+            dtype) or a quantised dtype (`int8`, `int4`, `int2`).
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
@@ -80,6 +82,7 @@ class Policy:
     summarises_pages: ClassVar[bool] = False
     stacks_layers: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
+    store_dtype: ClassVar[str | None] = None
 
     def __init__(self, config: RiftConfig):
         self.config = config

@@ -1,0 +1,159 @@
+"""The cost-aware draft length: it picks the length with the best expected rate, and leaves the target alone when no
+length beats it; in generate it keeps the output lossless."""
+
+import random
+import time
+
+import pytest
+import torch
+
+import rift_hf
+from rift_hf.generation.draft_length import DraftLength, LinearCost
+from tiny import draft_target_pair, make_prompt
+
+
+def simulate(controller, draft_step, verify, accept, rounds=256, seed=0):
+    """Run `controller` against a synthetic loop: drafting k costs `k * draft_step` (the first round also a prompt
+    forward), verifying n tokens `verify(n)`, draft j is accepted with chance `accept` given the ones before it.
+    Returns tokens per second."""
+    rng = random.Random(seed)
+    tokens = seconds = 0.0
+    for _ in range(rounds):
+        k = controller.choose()
+        accepted = 0
+        while accepted < k and rng.random() < accept:
+            accepted += 1
+        forwards = [draft_step] * k
+        if forwards and controller.rounds == 0:
+            forwards[0] += 50 * draft_step  # the prompt forward (not counted in the rate: a decode-phase measure)
+        draft_s, verify_s = k * draft_step, verify(k + 1)
+        controller.observe(k, accepted, sum(forwards), verify_s, forwards)
+        tokens += accepted + 1
+        seconds += draft_s + verify_s
+    return tokens / seconds
+
+
+def best_fixed_rate(draft_step, verify, accept, max_length):
+    def rate(k):
+        expected = sum(accept**i for i in range(k + 1))
+        return expected / (k * draft_step + verify(k + 1))
+
+    return max(rate(k) for k in range(max_length + 1)), max(range(max_length + 1), key=rate)
+
+
+@pytest.mark.parametrize(
+    ("draft_step", "v0", "v1", "accept"),
+    [
+        (0.05, 1.0, 0.02, 0.9),  # a cheap drafter that agrees: long drafts
+        (0.3, 1.0, 0.05, 0.6),  # a dear drafter: short drafts
+        (0.5, 0.4, 0.1, 0.3),  # drafting loses: the target alone
+        (0.1, 0.5, 0.13, 0.75),  # this CPU's shape: verification grows with its length
+    ],
+    ids=["cheap-agreeing", "dear", "losing", "cpu-like"],
+)
+def test_controller_reaches_the_best_fixed_length_and_never_loses_to_the_target(draft_step, v0, v1, accept):
+    def verify(n):
+        return v0 + v1 * n
+
+    best, length = best_fixed_rate(draft_step, verify, accept, 11)
+    controller = DraftLength(max_length=11)
+    rate = simulate(controller, draft_step, verify, accept)
+    alone = 1 / verify(1)
+    assert rate >= 0.97 * alone, (rate, alone)
+    assert rate >= 0.9 * best, (rate, best, length)
+    if length == 0:  # it spends most rounds letting the target decode alone, probing now and then
+        assert sum(k == 0 for k, _ in controller.chosen) > 0.8 * len(controller.chosen)
+
+
+def test_controller_calibrates_then_backs_off_and_probes():
+    controller = DraftLength(max_length=6, backoff=2, max_backoff=8)
+    lengths = []
+    for _ in range(40):
+        k = controller.choose()
+        lengths.append(k)
+        # drafts never accepted, drafting dear: the target alone always wins
+        controller.observe(k, 0, 1.0 * k, 0.5 + 0.1 * (k + 1), [1.0] * k)
+    assert lengths[:3] == [4, 0, 0]
+    reasons = [reason for _, reason in controller.chosen]
+    assert reasons[:3] == ["calibrate", "calibrate", "target faster"]
+    probes = [i for i, reason in enumerate(reasons) if reason == "probe"]
+    assert len(probes) >= 2
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] <= 8 + 1  # the back-off doubles, up to max_backoff
+
+
+def test_linear_cost_prices_unseen_sizes_from_the_line():
+    cost = LinearCost()
+    cost.observe(12, 2.0)
+    assert cost(6) == pytest.approx(1.0)  # one size: a line through the origin
+    cost.observe(1, 0.6)
+    intercept, slope = cost.line()
+    assert cost(1) == pytest.approx(0.6) and cost(12) == pytest.approx(2.0)
+    assert cost(6) == pytest.approx(intercept + 6 * slope) and 0.6 < cost(6) < 2.0
+    with pytest.raises(ValueError, match="max_length"):
+        DraftLength(max_length=0)
+
+
+@pytest.mark.parametrize("policy", rift_hf.POLICIES)
+def test_auto_draft_length_is_lossless_and_reported(policy):
+    target, draft = draft_target_pair("llama", gamma=6)
+    ids = make_prompt(40, seed=5)
+    gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
+    plain = target.generate(ids, **gen)
+    config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4}
+    # A slow target, so that drafting pays and the chosen lengths vary (tiny models alone would draft at a loss).
+    handle = target.register_forward_pre_hook(lambda *_: time.sleep(0.05))
+    try:
+        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
+    finally:
+        handle.remove()
+    assert torch.equal(out, plain)
+    stats = rift_hf.last_stats(target)
+    assert stats.draft_lengths[:2] == [4, 0] and stats.rounds_without_drafting >= 1
+    assert all("verify_seconds" in r and "reason" in r for r in stats.rounds)
+
+
+def test_drafting_resumes_where_it_pays():
+    target, draft = draft_target_pair("llama", gamma=6)
+    ids = make_prompt(40, seed=5)
+    gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
+    handle = target.register_forward_pre_hook(lambda *_: time.sleep(0.3))  # a target far dearer than the drafter
+    try:
+        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
+    finally:
+        handle.remove()
+    assert torch.equal(out, target.generate(ids, **gen))
+    rounds = rift_hf.last_stats(target).rounds
+    assert [r["reason"] for r in rounds[:2]] == ["calibrate", "calibrate"]
+    assert sum(r["reason"] == "best rate" and r["drafted"] > 0 for r in rounds) >= len(rounds) // 2
+
+
+def test_fixed_draft_length_keeps_transformers_schedule():
+    target, draft = draft_target_pair("llama", gamma=6)
+    ids = make_prompt(40, seed=5)
+    gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
+    config = {"policy": "page-round", "budget": 16, "window": 4, "draft_length": "fixed"}
+    fixed = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
+    lengths = rift_hf.last_stats(target).draft_lengths
+    assert torch.equal(fixed, target.generate(ids, **gen)) and lengths[:3] == [6, 6, 6] and 0 not in lengths[:-1]
+
+
+def test_a_slow_drafter_leaves_the_target_alone():
+    target, draft = draft_target_pair("llama", gamma=6)
+    ids = make_prompt(40, seed=5)
+    gen = {"max_new_tokens": 60, "min_new_tokens": 60, "do_sample": False}
+    plain = target.generate(ids, **gen)
+    handle = draft.register_forward_pre_hook(lambda *_: time.sleep(0.02))
+    try:
+        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
+    finally:
+        handle.remove()
+    assert torch.equal(out, plain)
+    stats = rift_hf.last_stats(target)
+    # After calibration most rounds decode with the target alone; probes come back now and then.
+    assert stats.rounds_without_drafting > 0.6 * len(stats.rounds)
+
+
+def test_draft_length_field_is_checked():
+    with pytest.raises(ValueError, match="'auto'.*'fixed'"):
+        rift_hf.RiftConfig(draft_length="sometimes")
