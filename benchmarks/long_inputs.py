@@ -105,6 +105,25 @@ def _prompts(tokenizer, args) -> list:
     return sorted(prompts, key=lambda p: rank[p.name])
 
 
+# Generation-config fields of the drafter that a setting may override after `@` (the rest are RiftConfig fields).
+DRAFTING = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def split_drafting(setting: str) -> tuple[str, dict]:
+    """`transformers@assistant_confidence_threshold=0.4` -> (`transformers`, its drafter generation-config fields);
+    RiftConfig overrides stay in the label (`page-round@draft_length=auto,assistant_confidence_threshold=0.4` ->
+    `page-round@draft_length=auto` and the threshold)."""
+    name, _, overrides = setting.partition("@")
+    kept, drafting = [], {}
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        if key in DRAFTING:
+            drafting[key] = json.loads(value) if key != "num_assistant_tokens_schedule" else value
+        else:
+            kept.append(item)
+    return name + ("@" + ",".join(kept) if kept else ""), drafting
+
+
 SETTINGS = ("target", "transformers", "full", "page-round", "page-round@budget=2048", "rift-dyn@tokens_ahead=128")
 
 
@@ -142,23 +161,34 @@ def run_speed(args) -> None:
                 shutil.rmtree(folder, ignore_errors=True)  # held in memory for this prompt's runs
         gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
         row = {"prompt": prompt.name, "task": prompt.task, "setting": setting, "input_tokens": prompt.tokens}
-        if setting == "target":
-            out, seconds = generate_from(target, cache, **gen)
-        elif setting == "transformers":
-            forwards = []
-            handle = target.register_forward_pre_hook(lambda *_, f=forwards: f.append(1))
-            try:
-                out, seconds = generate_from(target, cache, assistant_model=draft, **gen)
-            finally:
-                handle.remove()
-            row.update(rounds=len(forwards), al=args.new_tokens / len(forwards))
-        else:
-            config = policy_config(setting, args.budget, args.window, args.delta, None)
-            out, seconds = generate_from(
-                target, cache, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
-            )
+        label, drafting = split_drafting(setting)
+        # All of them restored after the run: the heuristic schedule writes its last length back into the config.
+        saved = {name: getattr(draft.generation_config, name) for name in DRAFTING}
+        for name, value in drafting.items():
+            setattr(draft.generation_config, name, value)
+        try:
+            if label == "target":
+                out, seconds = generate_from(target, cache, **gen)
+            elif label == "transformers":
+                forwards = []
+                handle = target.register_forward_pre_hook(lambda *_, f=forwards: f.append(1))
+                try:
+                    out, seconds = generate_from(target, cache, assistant_model=draft, **gen)
+                finally:
+                    handle.remove()
+                row.update(rounds=len(forwards), al=args.new_tokens / len(forwards))
+            else:
+                config = policy_config(label, args.budget, args.window, args.delta, None)
+                out, seconds = generate_from(
+                    target, cache, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
+                )
+        finally:
+            for name, value in saved.items():
+                setattr(draft.generation_config, name, value)
+        if label not in ("target", "transformers"):
             stats = last_stats(target)
             row.update(
+                reasons=[r.get("reason") for r in stats.rounds],
                 rounds=len(stats.rounds),
                 al=stats.acceptance_length,
                 accepted=[r["accepted"] for r in stats.rounds],

@@ -260,15 +260,17 @@ def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
     long_inputs.main(["prefill", *common])
     saved = sorted(p.name for p in (tmp_path / "targets" / "tiny-random").iterdir())
     assert len(saved) == 2 and all(name.endswith("8tok-float32.json") for name in saved)
-    settings = "target,transformers,full,page-round@budget=64,page-round@draft_length=auto"
+    settings = "target,transformers,transformers@num_assistant_tokens_schedule=heuristic,full,page-round@budget=64,"
+    settings += "page-round@draft_length=auto,assistant_confidence_threshold=0.4"
     out = tmp_path / "speed"
     args = ["speed", *common, "--settings", settings, "--out", str(out), "--gamma", "3"]
     long_inputs.main(args)
     rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
-    assert len(rows) == 10 and all(r["same_as_target"] for r in rows)
+    assert len(rows) == 12 and all(r["same_as_target"] for r in rows)
     assert all(r["prefill_seconds"]["target"] > 0 for r in rows)
     assert {r["budget"] for r in rows if r["setting"] == "page-round@budget=64"} == {64}
     long_inputs.main([*args, "--resume"])  # nothing left to run
-    assert len((out / "rows.jsonl").read_text().splitlines()) == 10
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 12
     table = long_inputs.speed_table(out)
-    assert "| page-round@draft_length=auto" in table and "decode phase only" in table.lower()
+    assert "| page-round@draft_length=auto,assistant_confidence_threshold=0.4" in table
+    assert "decode phase only" in table.lower()
