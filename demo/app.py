@@ -188,6 +188,7 @@ def run_policy(
     streamer = None if alone else RoundStreamer()
     error: list = []
     seconds: list = []
+    stats_box: list = []
     cancelled = threading.Event()
     finished = threading.Event()
 
@@ -205,6 +206,7 @@ def run_policy(
                     **kwargs,
                 )
                 seconds.append(time.perf_counter() - start)
+                stats_box.append(rift_hf.last_stats(preset.target))  # per thread: read where generate ran
         except Exception as err:  # reported in the page, the app keeps serving
             error.append(err)
             if streamer is not None:
@@ -231,7 +233,7 @@ def run_policy(
         raise gr.Error(f"{policy} failed: {error[0]}")
     result.tokens_per_s = int(new_tokens) / seconds[0]
     if not alone:
-        stats = rift_hf.last_stats(preset.target)
+        stats = stats_box[0]
         decode = stats.rounds[1:]
         drafted = sum(r["draft_seconds"] for r in decode)
         result.draft_tokens_per_s = sum(r["drafted"] for r in decode) / drafted if drafted else None

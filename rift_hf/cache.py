@@ -31,7 +31,15 @@ from .config import RiftConfig
 from .kernels import uses_triton
 from .policies import Signals, keep_mask
 from .policies.selection_head import SelectionHead
-from .storage import QuantizedRows, QuantizedWorkingSet, Quantizer, RecentRows, Rows, WorkingSet
+from .storage import (
+    QuantizedRows,
+    QuantizedWorkingSet,
+    Quantizer,
+    RecentRows,
+    Rows,
+    WorkingSet,
+    check_group_sizes,
+)
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
@@ -511,6 +519,10 @@ class RiftCache(Cache):
             rift_config = RiftConfig.from_dict({**rift_config.to_dict(), **overrides})
         self.config = rift_config
         decoder_config = config.get_text_config(decoder=True)
+        head_dim = getattr(decoder_config, "head_dim", None) or (
+            decoder_config.hidden_size // decoder_config.num_attention_heads
+        )
+        check_group_sizes(rift_config, head_dim)
         layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder_config)
         layers = []
         for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs, strict=True)):

@@ -63,7 +63,7 @@ def compare(
     experiment: str = "main",
     extra: dict | None = None,
     budget_tokens: int | None = None,
-    tasks: tuple[str, ...] = ("repeat", "continue"),
+    tasks: tuple[str, ...] | None = None,
     sources="code",
     models: tuple | None = None,
     summary_path: Path | None = None,
@@ -117,7 +117,7 @@ def compare(
         "delta": delta,
         "input_tokens": input_tokens,
         "new_tokens": new_tokens,
-        "tasks": list(tasks),
+        "tasks": list(dict.fromkeys(p.task for p in prompts)),
         "dtype": dtype,
         "machine": machine(),
         **({"linear": linear} if linear != "torch" else {}),
@@ -997,7 +997,13 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
         "--new-tokens", type=int, default=new_tokens, help="tokens generated per prompt (EOS held back)"
     )
     parser.add_argument("--per-task", type=int, default=per_task, help="prompts per task")
-    parser.add_argument("--tasks", default="repeat,continue", help="comma-separated: repeat, continue, summarize")
+    parser.add_argument(
+        "--tasks",
+        type=_task_list,
+        default=None,
+        help="comma-separated: repeat, continue, summarize (default: repeat,continue; with a prompt file of your "
+        "own, its tasks, all unless named here)",
+    )
     parser.add_argument(
         "--sources",
         default="code",
@@ -1029,6 +1035,25 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+def _task_list(text: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not tasks:
+        raise argparse.ArgumentTypeError("name at least one task, e.g. repeat,continue")
+    return tasks
+
+
+def _checked_tasks(parser, args) -> tuple[str, ...] | None:
+    """`--tasks`: any names for a prompt file of your own (its records' `task`), the built-in ones otherwise."""
+    from .prompts import TASKS
+
+    own = str(args.sources).endswith(".jsonl")
+    if args.tasks is not None and not own:
+        unknown = [t for t in args.tasks if t not in TASKS]
+        if unknown:
+            parser.error(f"--tasks: unknown {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    return args.tasks
 
 
 def split_labels(text: str) -> list[str]:
@@ -1395,7 +1420,7 @@ def main(argv=None) -> None:
             dtype=args.dtype,
             target_dtype=args.target_dtype,
             targets_dir=args.targets,
-            tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+            tasks=_checked_tasks(parser, args),
             sources=args.sources,
             experiment=args.experiment,
             summary_path=args.summary or (None if models else Path("benchmarks/results/summary.json")),
@@ -1505,7 +1530,7 @@ def main(argv=None) -> None:
         args.delta,
         args.out,
         args.dtype,
-        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        tasks=_checked_tasks(parser, args),
         sources=args.sources,
         resume=args.resume,
         # Replay's target outputs come from torch's own linear layers: none are saved with --linear weight-major.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,13 @@ class RiftConfig:
     draft_length: str = "auto"
 
     def __post_init__(self):
+        for item in dataclasses.fields(self):  # numpy (or other) scalars are numbers like Python's own
+            value = getattr(self, item.name)
+            if isinstance(value, numbers.Number) and type(value) not in (int, float, bool):
+                if isinstance(value, numbers.Integral):
+                    setattr(self, item.name, bool(value) if type(value).__name__.startswith("bool") else int(value))
+                elif isinstance(value, numbers.Real):
+                    setattr(self, item.name, float(value))
         if not isinstance(self.policy, str):
             raise TypeError(f"`policy` must be a policy name such as 'rift-stat', got {self.policy!r}.")
         policy_class(self.policy)  # raises on an unknown name
@@ -177,6 +185,19 @@ class RiftConfig:
                 raise TypeError(f"`{name}` must be a number{' or None' if name != 'al_alpha' else ''}, got {value!r}.")
         if self.rho is not None and not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"`rho` must lie in [0, 1], got {self.rho}.")
+        for name in ("al_threshold", "entropy_threshold", "drift_threshold"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(
+                    f"`{name}` must be a finite number (or None to turn that signal off), got {value}; a NaN would "
+                    "silently never fire."
+                )
+        if self.rho is not None and self.rho < 1.0 and chosen.compresses and not chosen.scored:
+            raise ValueError(
+                f"Policy {self.policy!r} keeps only sinks and its recent window (it selects nothing to fill the rest "
+                f"of the budget), so `rho` must be 1 or None, got {self.rho}; drop `rho`, or pick a policy that "
+                "selects (e.g. 'rift-stat')."
+            )
         if isinstance(self.n_sink, bool) or not isinstance(self.n_sink, int):
             raise TypeError(f"`n_sink` must be an int, got {self.n_sink!r}.")
         if self.n_sink < 0:
@@ -294,11 +315,17 @@ class RiftConfig:
                 f"{_store_policies()} (or track_attention_mass=True)."
             )
         try:
-            torch.device(self.store_device)
+            device = torch.device(self.store_device)
         except (RuntimeError, TypeError) as err:
             raise ValueError(
                 f"`store_device` must name a torch device such as 'cpu' or 'cuda:0', got {self.store_device!r}."
             ) from err
+        if device.type == "meta":
+            raise ValueError("`store_device='meta'` holds no data; use 'cpu' or the model's device.")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"`store_device={self.store_device!r}` but this machine has no CUDA device; use 'cpu' or drop it."
+            )
 
     @property
     def policy_object(self) -> Policy:
@@ -367,10 +394,24 @@ class RiftConfig:
 
     def save_pretrained(self, folder) -> Path:
         """Write this config to `<folder>/rift_config.json`, a file plain transformers ignores (a drafter's folder
-        stays loadable everywhere; rift reads it with `RiftConfig.from_pretrained`)."""
+        stays loadable everywhere; rift reads it with `RiftConfig.from_pretrained`). A `selection_head` given by an
+        absolute path is written relative to the folder (copied into it when it lies elsewhere)."""
         path = Path(folder) / CONFIG_NAME
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        data = self.to_dict()
+        head = data.get("selection_head")
+        if head and Path(head).is_absolute():
+            # Named relative to the folder, inside it (`from_pretrained` reads nothing outside): a head elsewhere is
+            # copied in. A relative path already means "in the folder".
+            source = Path(head) / "selection_head.safetensors" if Path(head).is_dir() else Path(head)
+            try:
+                data["selection_head"] = str(source.resolve().relative_to(Path(folder).resolve()))
+            except ValueError:
+                import shutil
+
+                shutil.copyfile(source, Path(folder) / "selection_head.safetensors")
+                data["selection_head"] = "selection_head.safetensors"
+        path.write_text(json.dumps(data, indent=2) + "\n")
         return path
 
     @classmethod
@@ -388,9 +429,15 @@ class RiftConfig:
             )
         data = json.loads(path.read_text())
         head = data.get("selection_head")
-        if isinstance(head, str) and head and not Path(head).is_absolute():  # saved relative to the folder
+        if isinstance(head, str) and head:  # saved relative to the folder, and read from inside it only
+            inside = Path(folder).resolve() / head
+            if Path(head).is_absolute() or ".." in Path(head).parts:
+                raise ValueError(
+                    f"{path} names selection_head {head!r}, outside the folder it came with; a saved config may "
+                    "only name a head inside its own folder (or Hub repository), by a relative path."
+                )
             if Path(folder).is_dir():
-                data["selection_head"] = str(Path(folder) / head)
+                data["selection_head"] = str(inside)
             else:
                 from huggingface_hub import hf_hub_download
 

@@ -262,16 +262,18 @@ def describe_sources(sources) -> str | list:
     return f"{type(sources).__name__} of {len(sources)} prompts"
 
 
-def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=("repeat", "continue"), sources="code") -> list[Prompt]:
+def prompt_set(tokenizer, n_tokens: int, per_task: int, tasks=None, sources="code") -> list[Prompt]:
     """
-    `per_task` prompts per task, each from a different source (`"code"`, `"prose"` or a list), in a fixed order; or
-    your own prompts when `sources` is a `.jsonl` path, a `datasets.Dataset` or a list of dicts (`user_prompts`).
+    `per_task` prompts per task (`tasks`, default `("repeat", "continue")`), each from a different source (`"code"`,
+    `"prose"`, `"repo"` or a list), in a fixed order; or your own prompts when `sources` is a `.jsonl` path, a
+    `datasets.Dataset` or a list of dicts (`user_prompts`; `tasks` then keeps only those tasks, default all).
     """
     own = not isinstance(sources, (str, tuple, list)) or (  # a Path, a Dataset ...
         str(sources).endswith(".jsonl") if isinstance(sources, str) else bool(sources) and isinstance(sources[0], dict)
     )
     if own:
-        return user_prompts(tokenizer, sources, per_task)
+        return user_prompts(tokenizer, sources, per_task, tasks=tasks)
+    tasks = ("repeat", "continue") if tasks is None else tasks
     names = SOURCES[sources] if isinstance(sources, str) and sources in SOURCES else sources
     if isinstance(names, str):
         raise ValueError(

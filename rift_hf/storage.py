@@ -354,6 +354,23 @@ class Quantizer:
 _BITS = {"int8": 8, "int4": 4, "int2": 2}
 
 
+def check_group_sizes(config, head_dim: int) -> None:
+    """Refuse, before any forward, quantisation groups that do not tile a layer's rows (`RiftConfig` store and
+    working-set fields against the model's head dim)."""
+    if config.store_dtype is not None and config.keeps_store and config.store_dtype != "int8":
+        group, residual = config.store_group_size, config.store_residual
+        if residual % min(group, residual) or head_dim % min(group, head_dim):
+            raise ValueError(
+                f"store_group_size={group} must divide store_residual ({residual}) and the model's head dim "
+                f"({head_dim}) (or exceed them); use a power of two such as 64."
+            )
+    if config.kv_dtype is not None and config.kv_dtype != "int8" and head_dim % min(config.kv_group_size, head_dim):
+        raise ValueError(
+            f"kv_group_size={config.kv_group_size} must divide the model's head dim ({head_dim}) (or exceed it); use "
+            "a power of two such as 64."
+        )
+
+
 def _pack(q: torch.Tensor, bits: int) -> torch.Tensor:
     """Unsigned codes `[..., D]` (< 2**bits) -> bytes `[..., D * bits / 8]`, the lowest bits holding the first."""
     if bits == 8:

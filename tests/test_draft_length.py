@@ -78,7 +78,7 @@ def test_controller_calibrates_then_backs_off_and_probes():
     assert reasons[:3] == ["calibrate", "calibrate", "target faster"]
     probes = [i for i, reason in enumerate(reasons) if reason == "probe"]
     assert len(probes) >= 2
-    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
     assert gaps == sorted(gaps) and gaps[-1] <= 8 + 1  # the back-off doubles, up to max_backoff
 
 

@@ -329,3 +329,99 @@ def test_compare_defaults_to_auto_and_records_the_dtype_the_models_ran_in(tmp_pa
     )  # fmt: skip
     # the tiny models are fp32 whatever auto would pick for real ones
     assert json.loads((out / "compare.json").read_text())["dtype"] == "float32"
+
+
+# Second robustness pass (issue 43): each bad input below is refused before any forward runs.
+
+
+def test_a_policy_that_selects_nothing_refuses_a_recent_share_below_one():
+    with pytest.raises(ValueError, match="rho` must be 1 or None"):
+        RiftConfig(policy="swa", budget=16, rho=0.5)
+    assert RiftConfig(policy="swa", budget=16, rho=1.0).rho == 1.0
+
+
+def test_store_devices_and_group_sizes_are_checked_before_any_forward(pairs, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA device"):
+        RiftConfig(policy="rift-dyn", store_device="cuda")
+    with pytest.raises(ValueError, match="holds no data"):
+        RiftConfig(policy="rift-dyn", store_device="meta")
+    _, draft = _pair(pairs, "llama")  # head dim 16
+    with pytest.raises(ValueError, match="store_group_size=7"):
+        RiftCache(
+            draft.config, RiftConfig(policy="rift-dyn", budget=16, window=4, store_dtype="int4", store_group_size=7)
+        )
+    with pytest.raises(ValueError, match="kv_group_size=3"):
+        RiftCache(draft.config, RiftConfig(policy="rift-stat", budget=16, window=4, kv_dtype="int4", kv_group_size=3))
+
+
+def test_a_scoring_rift_cache_on_a_model_without_the_rift_backend_is_refused_before_any_forward(pairs):
+    _, draft = _pair(pairs, "llama")
+    model = tiny_model("llama", seed=5, attn="sdpa")
+    calls, handle = _count_forwards(model)
+    try:
+        with pytest.raises(ValueError, match="set_attn_implementation\\('rift'\\)"):
+            model.generate(make_prompt(20), past_key_values=RiftCache(model.config, {"policy": "rift-stat", **SMALL}))
+    finally:
+        handle.remove()
+    assert calls == []
+
+
+def test_numbers_are_finite_and_numpy_scalars_are_numbers():
+    np = pytest.importorskip("numpy")
+    for name in ("al_threshold", "entropy_threshold", "drift_threshold"):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            with pytest.raises(ValueError, match="finite"):
+                RiftConfig(policy="rift-ada", **{name: bad})
+    assert RiftConfig(budget=np.int64(16), policy="swa").budget == 16
+    assert type(RiftConfig(budget=np.int64(16), policy="swa").budget) is int
+    assert type(RiftConfig(budget=np.float64(0.25)).budget) is float
+
+
+def test_last_stats_are_kept_per_thread(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(30, seed=2)
+    seen = {}
+
+    def run(policy):
+        target.generate(
+            ids,
+            assistant_model=draft,
+            max_new_tokens=12,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config={"policy": policy, **SMALL},
+        )
+        seen[policy] = rift_hf.last_stats(target).policy
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in ("swa", "page-round")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"swa": "swa", "page-round": "page-round"}
+
+
+def test_a_saved_config_names_a_selection_head_only_inside_its_folder(tmp_path):
+    import json
+
+    folder = tmp_path / "drafter"
+    for head in ("/etc/passwd", "../elsewhere/selection_head.safetensors"):
+        folder.mkdir(exist_ok=True)
+        config = {**RiftConfig(policy="rift-stat").to_dict(), "selection_head": head}
+        (folder / "rift_config.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match="outside the folder"):
+            RiftConfig.from_pretrained(folder)
+
+
+def test_prompt_files_keep_only_the_tasks_asked_for(tmp_path):
+    import json
+
+    from rift_hf.models import ByteTokenizer
+    from rift_hf.prompts import prompt_set
+
+    path = tmp_path / "prompts.jsonl"
+    records = [{"prompt": "a", "task": "qa"}, {"prompt": "b", "task": "edit"}, {"prompt": "c", "task": "qa"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert [p.task for p in prompt_set(ByteTokenizer(), 100, 8, sources=str(path))] == ["qa", "edit", "qa"]
+    assert [p.task for p in prompt_set(ByteTokenizer(), 100, 8, tasks=("edit",), sources=str(path))] == ["edit"]

@@ -10,6 +10,7 @@ installed the first time such a target runs with rift, and transparent for every
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from transformers import DynamicCache, StaticCache
@@ -28,18 +29,30 @@ from .stats import RiftStats
 
 NAME = "rift"
 _ORIGINALS: dict[str, object] = {}
+# model -> {thread id: the last call's RiftStats}: calls in different threads on the same model keep their own.
 _LAST_STATS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _set_stats(model, stats: RiftStats | None) -> None:
+    per_thread = _LAST_STATS.setdefault(model, {})
+    if stats is None:
+        per_thread.pop(threading.get_ident(), None)
+    else:
+        per_thread[threading.get_ident()] = stats
+
+
 _RIFT_KEYS = {"policy", "budget", "rho", "delta"}
 
 
 def last_stats(model) -> RiftStats | None:
     """
-    Statistics of the last `generate(..., cache_implementation="rift")` call on `model` (the target).
+    Statistics of the last `generate(..., cache_implementation="rift")` call on `model` (the target) made in this
+    thread: calls running in other threads on the same model keep their own.
 
     >>> out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config={"budget": 512})
     >>> rift_hf.last_stats(target).acceptance_length
     """
-    return _LAST_STATS.get(model)
+    return _LAST_STATS.get(model, {}).get(threading.get_ident())
 
 
 def _looks_like_rift(cache_config) -> bool:
@@ -80,6 +93,14 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
             "In assisted generation only the drafter's cache is compressed, so a RiftCache cannot be the target's "
             "`past_key_values`; drop it and pass cache_implementation='rift' (and cache_config=...) instead."
         )
+    if isinstance(user_cache, RiftCache) and not user_cache.verifier and not generation_config.is_assistant:
+        rift_config = user_cache.config
+        if (rift_config.is_scored or rift_config.track_attention_mass) and self.config._attn_implementation != NAME:
+            raise ValueError(
+                f"This RiftCache's policy {rift_config.policy!r} scores with the queries only the 'rift' attention "
+                f"backend hands it, but the model runs {self.config._attn_implementation!r}; call "
+                "model.set_attn_implementation('rift') first, or pass cache_implementation='rift' instead of a cache."
+            )
     if generation_config.cache_implementation != NAME:
         if _looks_like_rift(generation_config.cache_config):
             raise ValueError(
@@ -88,7 +109,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
             )
         return original(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length)
     if not generation_config.is_assistant:
-        _LAST_STATS.pop(self, None)  # statistics belong to the call that made them
+        _set_stats(self, None)  # statistics belong to the call that made them
         _check_request(generation_config, model_kwargs)
     rift_config = RiftConfig.coerce(generation_config.cache_config)
     if isinstance(user_cache, StaticCache):
@@ -127,7 +148,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
     cache = RiftCache(self.config, rift_config)
     model_kwargs["past_key_values"] = cache
     stats = RiftStats(policy=rift_config.policy, rescorings=cache.events)
-    _LAST_STATS[self] = stats
+    _set_stats(self, stats)
     return None
 
 
@@ -191,7 +212,7 @@ def _get_candidate_generator(
         logits_processor=logits_processor,
         rift_config=RiftConfig.coerce(generation_config.cache_config),
     )
-    _LAST_STATS[self] = generator.stats
+    _set_stats(self, generator.stats)
     return generator
 
 
