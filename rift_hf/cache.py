@@ -23,6 +23,7 @@ from transformers.cache_utils import (
     DYNAMIC_LAYER_TYPE_MAPPING,
     Cache,
     CacheLayerMixin,
+    DynamicSlidingWindowLayer,
     LinearAttentionLayer,
     get_layer_types_and_kwargs,
 )
@@ -540,6 +541,7 @@ class RiftCache(Cache):
         super().__init__(layers=layers)
         self.rift_layers = [layer for layer in self.layers if isinstance(layer, RiftLayer)]
         self.state_layers = [layer for layer in self.layers if isinstance(layer, RiftStateLayer)]
+        self.sliding_layers = [layer for layer in self.layers if isinstance(layer, DynamicSlidingWindowLayer)]
         self._first_attention = next(
             (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
         )
@@ -677,6 +679,11 @@ class RiftCache(Cache):
     def _commit(self, rollback: bool = False) -> None:
         """Commit every compressed layer; refresh the selection where the policy's schedule says so (after a rollback
         only if the policy refreshes there: `Policy.refresh_at_rollback`)."""
+        for layer in self.sliding_layers:
+            # Past recording keeps every row until transformers' first crop (after round one); rows before a commit
+            # point are never rolled back, so they go now: a sliding layer holds its window from the first draft on.
+            if layer.record_past and layer.is_initialized and layer.get_seq_length() >= layer.sliding_window:
+                layer.crop(0)
         if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
             return
         seen = self.rift_layers[0].seen

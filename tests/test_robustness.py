@@ -425,3 +425,26 @@ def test_prompt_files_keep_only_the_tasks_asked_for(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     assert [p.task for p in prompt_set(ByteTokenizer(), 100, 8, sources=str(path))] == ["qa", "edit", "qa"]
     assert [p.task for p in prompt_set(ByteTokenizer(), 100, 8, tasks=("edit",), sources=str(path))] == ["edit"]
+
+
+@pytest.mark.parametrize("policy", ["full", "page-round", "rift-stat"])
+def test_sliding_layers_hold_their_window_from_the_first_draft_on(pairs, monkeypatch, policy):
+    target, draft = _pair(pairs, "gemma3")  # sliding window 8
+    ids = make_prompt(200, seed=3)
+    rows = []
+    original = RiftCache.update
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
+        layer = self.layers[layer_idx]
+        if layer in self.sliding_layers and layer.get_seq_length() > ids.shape[1]:
+            rows.append(layer.keys.shape[-2])
+        return out
+
+    monkeypatch.setattr(RiftCache, "update", update)
+    config = {"policy": policy, **SMALL, "draft_length": "fixed"}
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=16, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))
+    assert rows and max(rows) <= 8 - 1 + 4 + 1  # the window, plus one round's re-fed and drafted tokens
