@@ -54,3 +54,22 @@ def test_readme_fits_a_screen_or_two_and_its_links_resolve():
         for link in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
             if not link.startswith("http"):
                 assert (page.parent / link).exists(), f"{page.name}: broken link {link}"
+
+
+def test_the_pipeline_form_in_the_readme_runs():
+    from transformers import pipeline
+
+    text = README.read_text()
+    assert 'pipeline("text-generation", model=target, tokenizer=tokenizer,\nassistant_model=draft)' in text
+    target, draft, _ = tiny_random_pair()
+    pipe = pipeline("text-generation", model=target, tokenizer=_char_tokenizer(), assistant_model=draft)
+    prompt = "def double(x):\n    return x * 2\n" * 4
+    out = pipe(prompt, max_new_tokens=16, cache_implementation="rift", do_sample=False)
+    assert out[0]["generated_text"].startswith(prompt)
+    assert rift_hf.last_stats(target).policy == rift_hf.RiftConfig().policy
+
+
+def test_the_first_screen_holds_what_install_and_the_quick_start():
+    lines = README.read_text().splitlines()
+    first = "\n".join(lines[:45])
+    assert "pip install" in first and "<!-- quickstart -->" in first and "<!-- /quickstart -->" in first
