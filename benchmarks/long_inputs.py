@@ -72,6 +72,7 @@ def run_prefill(args) -> None:
         )
         if record is not None and (folder / "draft.safetensors").is_file():
             continue
+        cache = None  # the previous prompt's records go before the next are made (GBs at 32K)
         cache = ensure_prompt_cache(target, draft, prompt, folder, args.window)
         if record is None:
             n = args.new_tokens
@@ -154,6 +155,7 @@ def run_speed(args) -> None:
     for prompt, setting in tqdm(todo, desc="decode-phase runs"):
         if cached_for != prompt.name:
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
+            cache = None  # the previous prompt's records go before the next are made (GBs at 32K)
             cache, cached_for = ensure_prompt_cache(target, draft, prompt, folder, args.window), prompt.name
             if args.drop_prefills:
                 import shutil
