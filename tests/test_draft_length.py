@@ -59,7 +59,10 @@ def test_controller_reaches_the_best_fixed_length_and_never_loses_to_the_target(
     controller = DraftLength(max_length=11)
     rate = simulate(controller, draft_step, verify, accept)
     alone = 1 / verify(1)
-    assert rate >= 0.97 * alone, (rate, alone)
+    # Where drafting loses, what the controller spends is its first round and one probe (4 drafts each, nothing
+    # accepted) before probes are spaced out; in the harshest case here (a drafter step as dear as the target's) that
+    # is ~5% of 256 tokens.
+    assert rate >= (0.94 if length == 0 else 0.97) * alone, (rate, alone)
     assert rate >= 0.9 * best, (rate, best, length)
     if length == 0:  # it spends most rounds letting the target decode alone, probing now and then
         assert sum(k == 0 for k, _ in controller.chosen) > 0.8 * len(controller.chosen)
@@ -157,3 +160,27 @@ def test_a_slow_drafter_leaves_the_target_alone():
 def test_draft_length_field_is_checked():
     with pytest.raises(ValueError, match="'auto'.*'fixed'"):
         rift_hf.RiftConfig(draft_length="sometimes")
+
+
+def test_a_second_call_keeps_the_costs_and_learns_the_prompt_again():
+    def verify(n):
+        return 0.5 + 0.13 * n
+
+    first = DraftLength(max_length=11)
+    simulate(first, 0.1, verify, 0.9, rounds=40)
+    second = first.resume()
+    assert second.verify_cost.sums.keys() == first.verify_cost.sums.keys() and second.step == first.step
+    assert all(w == 0 for _, w in second.accepted) and second.prior > 0.8  # the last prompt's rate, held lightly
+    simulate(second, 0.1, verify, 0.9, rounds=3)
+    assert [reason for _, reason in second.chosen] == ["calibrate", "best rate", "best rate"]
+    assert second.chosen[1][0] > 4  # no round without drafting to price the target again
+
+
+def test_costs_carry_over_between_generate_calls_on_the_same_models():
+    target, draft = draft_target_pair("llama", gamma=6)
+    ids = make_prompt(40, seed=5)
+    gen = {"max_new_tokens": 24, "min_new_tokens": 24, "do_sample": False}
+    for call in range(2):
+        target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
+        reasons = [r["reason"] for r in rift_hf.last_stats(target).rounds]
+        assert reasons[0] == "calibrate" and (call == 0) == (reasons[1] == "calibrate")

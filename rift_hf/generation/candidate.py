@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 
 import torch
 from transformers.generation.candidate_generator import (
@@ -45,6 +46,10 @@ def draft_entropy(logits: torch.Tensor) -> list[float]:
     return torch.special.entr(torch.softmax(logits.float(), -1)).sum(-1).tolist()
 
 
+# target -> {drafter: the last call's DraftLength}: what the cost-aware draft length learnt, for the next call.
+_LEARNT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _time_forwards(model, forwards: list) -> tuple:
     """
     Time each forward of `model` into `forwards` (one callable per forward, returning its seconds once the round has
@@ -85,7 +90,10 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
     Drafts with `assistant_model` over a `RiftCache`; the target's cache is untouched, so output is lossless.
 
     Args:
-        rift_config (`RiftConfig`): the drafter cache policy. Other arguments as `AssistedCandidateGenerator`.
+        rift_config (`RiftConfig`): the drafter cache policy.
+        target (*optional*): the target model; with it the cost-aware draft length carries what it learnt (costs,
+            acceptance) from one `generate` call on this pair of models to the next, so only the first calibrates.
+        Other arguments as `AssistedCandidateGenerator`.
 
     After `generate`, `rift_hf.last_stats(target)` returns the `RiftStats` this generator recorded.
     """
@@ -99,6 +107,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         inputs_tensor=None,
         logits_processor=None,
         rift_config: RiftConfig | None = None,
+        target=None,
     ):
         super().__init__(input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor, logits_processor)
         self.rift_config = RiftConfig.coerce(rift_config)
@@ -114,7 +123,14 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
         self.draft_length = None
         if self.rift_config.draft_length == "auto":
-            self.draft_length = DraftLength(max_length=max(1, int(self.num_assistant_tokens)))
+            longest = max(1, int(self.num_assistant_tokens))
+            learnt = None if target is None else _LEARNT.get(target, {}).get(assistant_model)
+            if learnt is not None and learnt.max_length == longest:
+                self.draft_length = learnt.resume()
+            else:
+                self.draft_length = DraftLength(max_length=longest)
+            if target is not None:
+                _LEARNT.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.draft_length
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get("past_key_values")
         self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None

@@ -13,6 +13,7 @@ distribution are those of any fixed length.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -70,15 +71,18 @@ class DraftLength:
         prior (`float`, defaults to 0.6): acceptance assumed at a draft position before any observation there
             (shrunk towards the positions already observed).
         decay (`float`, defaults to 0.9): weight kept by older observations at each new one.
-        backoff (`int`, defaults to 4) and max_backoff (`int`, defaults to 64): rounds without drafting before a probe,
-            doubled after a probe that loses to the target alone.
+        backoff (`int`, defaults to 4) and max_backoff (`int`, defaults to 256): rounds without drafting before a
+            probe (a draft of `first_length`), doubled after a probe that loses to the target alone, and never so few
+            that a probe that accepts nothing costs more than `probe_share` (defaults to 0.02) of the time between.
         first_length (`int`, defaults to 4): the first round's draft (at most `max_length`): long enough to price a
             drafter step and see acceptance, short enough to cost little where drafting loses.
 
     Drafting k tokens is priced as `first + (k - 1) * step`: `step` is one drafter decode forward, `first` the rest of
     a round's drafting (its first forward, which re-feeds the verified tokens and refreshes the cache, and the loop's
-    own work). The first round drafts `first_length` (acceptance, the step cost, a longer verification), the second
-    drafts nothing (the target's one-token step: what drafting must beat); the choice starts with the third.
+    own work). The first round drafts `first_length` (acceptance and the step cost), the second nothing (the target's
+    one-token step: what drafting must beat), the third drafts where the first says the choice will fall (`max_length`
+    if every draft was accepted, else one past those that were), pricing a verification of several tokens and the
+    round's fixed cost, which the first round's warm-up would overstate; the choice starts with the fourth.
     Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high.
     """
 
@@ -86,8 +90,9 @@ class DraftLength:
     prior: float = 0.6
     decay: float = 0.9
     backoff: int = 4
-    max_backoff: int = 64
+    max_backoff: int = 256
     first_length: int = 4
+    probe_share: float = 0.02
     accepted: list = field(default_factory=list)  # per position: [weighted accepts, weight]
     first: list = field(default_factory=lambda: [0.0, 0.0])  # [weighted seconds, weight] of `first`
     step: list = field(default_factory=lambda: [0.0, 0.0])  # [weighted seconds, weight] of one decode forward
@@ -95,6 +100,8 @@ class DraftLength:
     rounds: int = 0
     idle: int = 0  # rounds left without drafting
     wait: int = 0  # the current back-off
+    first_accepted: int = 0  # drafts accepted in the first round
+    warm: bool = False  # this call's first round is behind us (its costs hold warm-up and the prompt forward)
     missed: int = 0  # rounds since the drafter last drafted (its next round re-feeds what they emitted)
     chosen: list = field(default_factory=list)  # (length chosen, reason) per round
 
@@ -134,23 +141,30 @@ class DraftLength:
 
     def choose(self) -> int:
         """The draft length of the next round."""
-        if self.rounds == 0 or not self.step[1]:
-            return self._pick(
-                min(self.first_length, self.max_length) if self.rounds == 0 else self.max_length, "calibrate"
-            )
+        first = min(self.first_length, self.max_length)
+        if not self.warm:  # every call's first round: this prompt's acceptance
+            return self._pick(first, "calibrate")
         if 1 not in self.verify_cost.sums:
             return self._pick(0, "calibrate")
+        taken = self.first_accepted
+        if (len(self.verify_cost.sums) < 2 or not self.step[1]) and taken and not self.idle:
+            # A verification of several tokens, where the first round says the choice will fall: the longest draft if
+            # it was all accepted, else one past what was. (Where nothing was accepted, the target decodes alone
+            # first and a probe prices it later.)
+            return self._pick(self.max_length if taken >= first else taken + 1, "calibrate")
         if self.idle > 0:
             self.idle -= 1
             if self.idle > 0:
                 return self._pick(0, "target faster")
-            best = max(range(1, self.max_length + 1), key=self.rate)
-            return self._pick(best, "probe")
+            return self._pick(first, "probe")
         best = max(range(self.max_length + 1), key=self.rate)
         if best == 0:
-            # Where even drafts that are all accepted would lose, only the costs could change: probe rarely.
-            hopeless = all(self.rate(k, certain=True) <= self.rate(0) for k in range(1, self.max_length + 1))
-            self.idle = self.max_backoff if hopeless else self.wait
+            # Probes are spaced so that what one costs over the target alone, were nothing accepted, stays within
+            # `probe_share` of the time spent decoding alone; the spacing also doubles while probes keep losing.
+            loss = self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1)
+            spacing = math.ceil(max(0.0, loss) / (self.probe_share * max(self.verify_cost(1), 1e-9)))
+            # (The first back-off is short: early estimates rest on a round or two.)
+            self.idle = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
             self.wait = min(2 * self.wait, self.max_backoff)
             return self._pick(0, "target faster")
         self.wait = self.backoff
@@ -178,11 +192,29 @@ class DraftLength:
         if steps:
             self.step[0] += sum(steps) / len(steps)
             self.step[1] += 1.0
-        # The first round holds the drafter's prompt forward, and one after several rounds without drafting re-feeds
-        # their tokens: neither prices a round's first forward.
-        if forwards and self.rounds > 0 and self.missed <= 1:
-            self.first[0] += max(0.0, draft_seconds - sum(steps))
-            self.first[1] += 1.0
-        self.verify_cost.observe(drafted + 1, verify_seconds)
+        # The first round prices only steps: its first forward holds the drafter's prompt forward (or its first
+        # compression), its verification the target's first forward over a cache (several times a later one's on a
+        # CPU: allocation). A round after several without drafting re-feeds their tokens: it does not price `first`.
+        if self.warm:
+            if forwards and self.missed <= 1:
+                self.first[0] += max(0.0, draft_seconds - sum(steps))
+                self.first[1] += 1.0
+            self.verify_cost.observe(drafted + 1, verify_seconds)
+        if not self.warm:
+            self.first_accepted = accepted
         self.missed = self.missed + 1 if drafted == 0 else 0
         self.rounds += 1
+        self.warm = True
+
+    def resume(self) -> DraftLength:
+        """A controller for the next `generate` call on the same models: the costs and acceptance learnt so far carry
+        over (they keep adapting), so only the first call calibrates; back-off and this call's warm-up start afresh."""
+        import copy
+
+        nxt = copy.deepcopy(self)
+        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen = 0, self.backoff, 0, False, []
+        # Acceptance belongs to a prompt: the new call starts from the last one's pooled rate, held lightly.
+        seen = [(a, w) for a, w in self.accepted if w > 0]
+        nxt.prior = sum(a for a, _ in seen) / sum(w for _, w in seen) if seen else self.prior
+        nxt.accepted = [[0.0, 0.0] for _ in range(self.max_length)]
+        return nxt

@@ -211,6 +211,7 @@ def _get_candidate_generator(
         inputs_tensor=inputs_tensor,
         logits_processor=logits_processor,
         rift_config=RiftConfig.coerce(generation_config.cache_config),
+        target=self,
     )
     _set_stats(self, generator.stats)
     return generator
