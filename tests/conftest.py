@@ -16,6 +16,9 @@ import rift_hf  # noqa: E402,F401  (registers the "rift" names)
 
 @pytest.fixture(autouse=True)
 def _deterministic():
+    from rift_hf.generation import candidate
+
+    candidate._LEARNT.clear()  # draft-length costs learnt by one test must not steer the next
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield

@@ -116,10 +116,16 @@ def test_a_source_shorter_than_the_input_asked_for_is_named_in_a_warning():
         prompt_set(tokenizer, 30_000, 2, sources=["argparse", "difflib"])  # both long enough: no warning
 
 
-def test_cli_sources_take_a_set_a_jsonl_or_a_comma_separated_list():
+def test_cli_sources_take_a_set_a_jsonl_or_a_comma_separated_list(tmp_path):
+    import argparse
+
     from rift_hf.cli import _sources
 
-    assert _sources("code") == "code" and _sources("mine.jsonl") == "mine.jsonl"
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"name": "a", "text": "b"}\n')
+    assert _sources("code") == "code" and _sources(str(mine)) == str(mine)
+    with pytest.raises(argparse.ArgumentTypeError, match="no prompt file"):
+        _sources(str(tmp_path / "missing.jsonl"))
     assert _sources("argparse, difflib") == ["argparse", "difflib"]
     assert _sources("shakespeare:hamlet") == ["shakespeare:hamlet"]
 

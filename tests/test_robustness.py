@@ -56,7 +56,7 @@ def test_prompt_cache_compressed_before_the_targets_prefill_when_round_one_draft
             max_new_tokens=6,
             do_sample=False,
             cache_implementation="rift",
-            cache_config={"policy": "rift-stat", **SMALL},
+            cache_config={"policy": "rift-stat", **SMALL, "draft_length": "fixed"},  # every round drafts one token
         )
     finally:
         pin_drafting(draft, 4)
@@ -381,25 +381,29 @@ def test_numbers_are_finite_and_numpy_scalars_are_numbers():
 def test_last_stats_are_kept_per_thread(pairs):
     target, draft = _pair(pairs, "llama")
     ids = make_prompt(30, seed=2)
-    seen = {}
+    seen, errors = {}, []
 
     def run(policy):
-        target.generate(
-            ids,
-            assistant_model=draft,
-            max_new_tokens=12,
-            do_sample=False,
-            cache_implementation="rift",
-            cache_config={"policy": policy, **SMALL},
-        )
-        seen[policy] = rift_hf.last_stats(target).policy
+        try:
+            for _ in range(3):  # several calls each, so the two threads' drafter forwards interleave
+                target.generate(
+                    ids,
+                    assistant_model=draft,
+                    max_new_tokens=12,
+                    do_sample=False,
+                    cache_implementation="rift",
+                    cache_config={"policy": policy, **SMALL},  # auto draft length: the drafter's forwards are timed
+                )
+                seen[policy] = rift_hf.last_stats(target).policy
+        except Exception as err:  # a thread's error would otherwise only be a warning
+            errors.append(err)
 
     threads = [threading.Thread(target=run, args=(p,)) for p in ("swa", "page-round")]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert seen == {"swa": "swa", "page-round": "page-round"}
+    assert not errors and seen == {"swa": "swa", "page-round": "page-round"}
 
 
 def test_a_saved_config_names_a_selection_head_only_inside_its_folder(tmp_path):

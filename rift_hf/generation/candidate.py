@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 
@@ -58,8 +59,11 @@ def _time_forwards(model, forwards: list) -> tuple:
     """
     cuda = model.device.type == "cuda"
     started: list = []
+    owner = threading.get_ident()  # hooks are the model's: another thread generating with it must not be timed here
 
     def before(*_):
+        if threading.get_ident() != owner:
+            return
         if cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -68,6 +72,8 @@ def _time_forwards(model, forwards: list) -> tuple:
             started.append(time.perf_counter())
 
     def after(*_):
+        if threading.get_ident() != owner:
+            return
         start = started.pop()
         if cuda:
             end = torch.cuda.Event(enable_timing=True)
