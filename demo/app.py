@@ -39,6 +39,11 @@ DEFAULT_POLICIES = list(dict.fromkeys(["full", "snapkv", "rift-stat", "rift-dyn"
 DOCUMENTS = ("argparse", "textwrap", "difflib", "configparser")
 PRESETS = ["tiny-random", "qwen-coder", "gemma3-self"]
 TARGET_ALONE = "target alone"
+# One request's work is bounded: the target alone and `full` always run, then at most MAX_POLICIES more policies,
+# each for at most MAX_NEW_TOKENS tokens; the queue holds at most QUEUE_SIZE requests (a public Space stays usable).
+MAX_POLICIES = 5
+MAX_NEW_TOKENS = 256
+QUEUE_SIZE = 8
 COLUMNS = [
     "policy",
     "status",
@@ -141,6 +146,8 @@ def validate(preset: Preset, prompt: str, budget: float, gamma: int, policies, n
         raise gr.Error("The prompt is empty: paste a text or pick a bundled document.")
     if not policies:
         raise gr.Error("Choose at least one policy.")
+    if len(policies) > MAX_POLICIES:
+        raise gr.Error(f"Choose at most {MAX_POLICIES} policies per run ({len(policies)} chosen).")
     unknown = [p for p in policies if p not in rift_hf.POLICIES]
     if unknown:
         raise gr.Error(f"Unknown policies {unknown}; choose from {', '.join(rift_hf.POLICIES)}.")
@@ -148,8 +155,8 @@ def validate(preset: Preset, prompt: str, budget: float, gamma: int, policies, n
         raise gr.Error(f"The budget must be a fraction of the prompt in (0, 1), got {budget}.")
     if not 1 <= int(gamma) <= 32:
         raise gr.Error(f"The draft length must be between 1 and 32, got {gamma}.")
-    if not 1 <= int(new_tokens) <= 2048:
-        raise gr.Error(f"New tokens must be between 1 and 2048, got {new_tokens}.")
+    if not 1 <= int(new_tokens) <= MAX_NEW_TOKENS:
+        raise gr.Error(f"New tokens must be between 1 and {MAX_NEW_TOKENS}, got {new_tokens}.")
     ids = preset.encode(prompt)
     if ids.shape[1] + int(new_tokens) > preset.max_prompt_tokens:
         raise gr.Error(
@@ -168,6 +175,7 @@ def run_policy(
     new_tokens: int,
     window: int,
     result: PolicyRun,
+    attention_mass: bool = False,
 ):
     """Generator: runs one policy (or the target alone) in a thread, yielding as each round arrives; closing it
     cancels the run."""
@@ -181,7 +189,7 @@ def run_policy(
             "budget": float(budget),
             "window": max(1, min(window, budget_tokens // 2)),
             "delta": 32,
-            "track_attention_mass": policy != "full",
+            "track_attention_mass": attention_mass and policy != "full",  # a measurement: slower, off unless asked
             "draft_length": "fixed",  # the gamma chosen on the page, every round
         }
         kwargs = {"assistant_model": preset.draft, "cache_implementation": "rift", "cache_config": config}
@@ -361,6 +369,8 @@ def plot(runs: list[PolicyRun]):
     for (name, memory), rows in memory_points(runs).groupby(["policy", "memory"], sort=False):
         right.scatter(rows["drafter KV MiB"], rows["AL"], marker="o" if memory == "working set" else "x")
         right.annotate(name, (rows["drafter KV MiB"].iloc[0], rows["AL"].iloc[0]), fontsize=7)
+    if mass_curve(runs).empty:
+        middle.text(0.5, 0.5, "not measured\n(tick the attention-mass box)", ha="center", va="center", alpha=0.6)
     left.set(title="AL over generation (moving mean)", xlabel="generated tokens", ylabel="tokens per round")
     middle.set(title="Attention mass on kept positions", xlabel="position", ylabel="share", ylim=(0, 1.05))
     right.set(title="AL against drafter KV (o working set, x + store)", xlabel="MiB", ylabel="AL")
@@ -384,14 +394,18 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
     lock = threading.Lock()
 
     def get(name: str) -> Preset:
+        if name not in PRESETS:  # never a free string: it would name a Hub download
+            raise gr.Error(f"Unknown preset {name!r}; choose from {', '.join(PRESETS)}.")
         with lock:
             if name not in presets:
                 presets[name] = load_preset(name)
             return presets[name]
 
-    def runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+    def runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False):
         """Yields the runs (the target alone, full, then the other policies) as they progress."""
         preset = get(preset_name)
+        if document and document not in ("(none)", *DOCUMENTS):
+            raise gr.Error(f"Unknown document {document!r}; choose from {', '.join(DOCUMENTS)}.")
         if document and document != "(none)" and not (prompt or "").strip():
             from rift_hf.prompts import build_prompt
 
@@ -409,27 +423,33 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         yield runs
         alone, full = runs[0], runs[1]
         for run in runs:
-            for _ in run_policy(preset, ids, run.policy, budget, gamma, new_tokens, 64, run):
+            for _ in run_policy(preset, ids, run.policy, budget, gamma, new_tokens, 64, run, bool(attention_mass)):
                 yield runs
             if run is not alone:
                 run.speedup = run.tokens_per_s / alone.tokens_per_s
                 run.retention = run.al / full.al if full.al else None
             yield runs
 
-    def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+    def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False):
         drawn = -1
-        for runs in runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens):
+        for runs in runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass):
             # The figure is redrawn when a run ends (drawing it every round would cost more than the round).
             done = sum(run.status == "done" for run in runs)
             yield views(runs, [TARGET_ALONE, *policies], plots=done != drawn)
             drawn = done
 
     def compare(
-        preset_name: str, prompt: str, budget: float, gamma: int, policies: list[str], new_tokens: int
+        preset_name: str,
+        prompt: str,
+        budget: float,
+        gamma: int,
+        policies: list[str],
+        new_tokens: int,
+        attention_mass: bool = False,
     ) -> list[dict]:
         """Per-policy AL, retention, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and
-        KV memory, as JSON."""
-        *_, runs = runs_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens)
+        KV memory, as JSON. `attention_mass` also measures the attention mass on kept positions (slower)."""
+        *_, runs = runs_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens, attention_mass)
         return [run.summary() for run in runs if run.policy in policies]
 
     css = (
@@ -452,9 +472,14 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
             document = gr.Dropdown(["(none)", *DOCUMENTS], value="(none)", label="bundled long document")
             budget = gr.Slider(0.05, 0.9, value=0.25, step=0.05, label="budget (fraction of the prompt)")
             gamma = gr.Slider(1, 16, value=11, step=1, label="draft length γ")
-            new_tokens = gr.Number(value=64, precision=0, label="new tokens")
+            new_tokens = gr.Number(
+                value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label=f"new tokens (at most {MAX_NEW_TOKENS})"
+            )
         prompt = gr.Textbox(lines=6, label="prompt (or leave empty and pick a document)", elem_id="prompt")
-        policies = gr.CheckboxGroup(POLICY_CHOICES, value=DEFAULT_POLICIES, label="policies")
+        policies = gr.CheckboxGroup(
+            POLICY_CHOICES, value=DEFAULT_POLICIES, label=f"policies (at most {MAX_POLICIES}; full always runs)"
+        )
+        attention_mass = gr.Checkbox(False, label="measure the attention mass on kept positions (slower)")
         with gr.Row():
             run = gr.Button("Run", variant="primary", elem_id="run")
             cancel = gr.Button("Cancel", elem_id="cancel")
@@ -468,13 +493,13 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         output = gr.HTML(elem_id="output")
         event = run.click(
             compare_stream,
-            [preset, prompt, document, budget, gamma, policies, new_tokens],
+            [preset, prompt, document, budget, gamma, policies, new_tokens, attention_mass],
             [output, summary, figure],
             api_name="compare_stream",
         )
         cancel.click(None, None, None, cancels=[event])
         gr.api(compare, api_name="compare")
-    app.queue(default_concurrency_limit=1)
+    app.queue(default_concurrency_limit=1, max_size=QUEUE_SIZE)
     app.rift_css = css
     return app
 

@@ -39,6 +39,13 @@ def test_compare_endpoint_and_bad_input(server):
         client.predict("tiny-random", "   ", 0.25, 4, ["swa"], 16, api_name="/compare")
     with pytest.raises(Exception, match="budget must be a fraction"):
         client.predict("tiny-random", PROMPT, 1.5, 4, ["swa"], 16, api_name="/compare")
+    # The work one request may ask for is bounded, and the preset is one of the page's choices (never a Hub name).
+    with pytest.raises(Exception, match="Unknown preset"):
+        client.predict("gemma3-2b-it", PROMPT, 0.25, 4, ["swa"], 16, api_name="/compare")
+    with pytest.raises(Exception, match="at most 5 policies"):
+        client.predict("tiny-random", PROMPT, 0.25, 4, list(demo_app.POLICY_CHOICES), 16, api_name="/compare")
+    with pytest.raises(Exception, match="between 1 and 256"):
+        client.predict("tiny-random", PROMPT, 0.25, 4, ["swa"], 2000, api_name="/compare")
     again = client.predict("tiny-random", PROMPT, 0.5, 4, ["snapkv"], 8, api_name="/compare")
     assert again[0]["policy"] == "snapkv"  # still serving after the errors
 
@@ -84,7 +91,7 @@ def test_browser_runs_a_comparison(server, tmp_path):
 
 def test_a_cancelled_run_frees_the_queue(server):
     client = client_module.Client(server, verbose=False)
-    args = ("tiny-random", PROMPT, "(none)", 0.25, 4, ["full", "swa", "snapkv", "rift-stat", "rift-dyn"], 2000)
+    args = ("tiny-random", PROMPT, "(none)", 0.25, 4, ["full", "swa", "snapkv", "rift-stat", "rift-dyn"], 256)
     long_job = client.submit(*args, api_name="/compare_stream")
     deadline = time.time() + 60
     while not long_job.outputs() and time.time() < deadline:  # wait until it streams
@@ -115,3 +122,13 @@ def test_space_folder_builds_the_app_without_the_installed_package(tmp_path):
         demo_app.write_space(out)
     with pytest.raises(ValueError, match="Unknown preset"):
         demo_app.write_space(tmp_path / "other", preset="nope")
+
+
+def test_attention_mass_is_measured_only_when_asked():
+    preset = demo_app.tiny_random_preset()
+    ids = preset.encode(PROMPT)
+    for asked in (False, True):
+        run = demo_app.PolicyRun("rift-dyn")
+        for _ in demo_app.run_policy(preset, ids, "rift-dyn", 0.25, 4, 8, 16, run, attention_mass=asked):
+            pass
+        assert run.status == "done" and bool(run.mass) == asked
