@@ -1,4 +1,7 @@
+from pathlib import Path
+
 import pytest
+import torch
 from transformers import GenerationConfig
 
 from rift_hf import POLICIES, PRESETS, RiftConfig, preset
@@ -79,3 +82,75 @@ def test_attend_in_place_needs_a_store_policy():
         RiftConfig(policy="rift-stat", attend_in_place=True)
     with pytest.raises(TypeError, match="True or False"):
         RiftConfig(policy="rift-dyn", attend_in_place=1)
+
+
+def test_from_pretrained_on_a_missing_folder_says_so():
+    with pytest.raises(FileNotFoundError, match="not a Hub repository id"):
+        RiftConfig.from_pretrained("no/such/folder/here")
+    with pytest.raises(FileNotFoundError, match="No folder no-such-drafter here"):
+        RiftConfig.from_pretrained("no-such-drafter", local_files_only=True)  # a valid repo id, nothing cached
+
+
+def test_push_to_hub_and_from_pretrained_with_revision_and_token(tmp_path, monkeypatch):
+    """Against a stand-in for the Hub API: the upload carries the config and its head; a download passes revision
+    and token through and fetches the head from the same repository."""
+    import huggingface_hub
+    from safetensors.torch import save_file
+
+    head = tmp_path / "elsewhere" / "selection_head.safetensors"
+    head.parent.mkdir()
+    save_file({"w": torch.zeros(2)}, str(head))
+    hub: dict = {}
+    calls: list = []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls.append(("token", token))
+
+        def create_repo(self, repo_id, private=None, exist_ok=False):
+            calls.append(("create", repo_id, private, exist_ok))
+
+        def upload_folder(self, repo_id, folder_path, revision=None, commit_message=None, create_pr=False):
+            calls.append(("upload", repo_id, revision))
+            for path in Path(folder_path).iterdir():
+                hub[(repo_id, revision or "main", path.name)] = path.read_bytes()
+            return "commit"
+
+    def fake_download(repo_id, filename, revision=None, token=None, cache_dir=None, local_files_only=False):
+        calls.append(("download", repo_id, filename, revision, token))
+        target = tmp_path / "cache" / (revision or "main") / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(hub[(repo_id, revision or "main", filename)])
+        return str(target)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    config = RiftConfig(policy="rift-stat", budget=64, selection_head=str(head))
+    assert config.push_to_hub("me/drafter-rift", token="hf_x", revision="v1", private=True) == "commit"
+    assert ("create", "me/drafter-rift", True, True) in calls and ("token", "hf_x") in calls
+    assert {name for (_, _, name) in hub} == {"rift_config.json", "selection_head.safetensors"}
+    loaded = RiftConfig.from_pretrained("me/drafter-rift", revision="v1", token="hf_x")
+    assert loaded.budget == 64 and loaded.policy == "rift-stat"
+    assert Path(loaded.selection_head).read_bytes() == head.read_bytes()
+    assert ("download", "me/drafter-rift", "selection_head.safetensors", "v1", "hf_x") in calls
+    # save_pretrained(push_to_hub=True) uploads what it wrote, to the folder's name unless a repo_id is given
+    RiftConfig(policy="swa", budget=32).save_pretrained(tmp_path / "swa-drafter", push_to_hub=True)
+    assert ("upload", "swa-drafter", None) in calls
+    with pytest.raises(FileNotFoundError, match="has no rift_config.json"):
+        monkeypatch.setattr(
+            huggingface_hub,
+            "hf_hub_download",
+            lambda *a, **k: (_ for _ in ()).throw(huggingface_hub.errors.EntryNotFoundError("missing")),
+        )
+        RiftConfig.from_pretrained("me/other")
+
+
+def test_stats_repr_is_one_short_line_with_details_on_request():
+    from rift_hf.generation.stats import RiftStats
+
+    rounds = [{"drafted": 4, "accepted": 2, "draft_seconds": 0.01, "signals": {}} for _ in range(500)]
+    stats = RiftStats("page-round", rounds=rounds, prompt_tokens=4096, budget=1024, peak_kv_bytes=3 * 2**20)
+    text = repr(stats)
+    assert "\n" not in text and len(text) < 300
+    assert "rounds=500" in text and "AL=3.00" in text and "1024/4096" in text and "peak_kv=3.00 MiB" in text
+    assert len(stats.to_dict()["rounds"]) == 500  # the details stay available

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(repr=False)
 class RiftStats:
     """
     What happened in one `generate` call.
@@ -103,6 +103,16 @@ class RiftStats:
     @property
     def rescore_seconds(self) -> float:
         return sum(e["seconds"] for e in self.rescorings)
+
+    def __repr__(self) -> str:
+        """One line (the per-round details are in `rounds`, `rescorings` and `to_dict()`)."""
+        budget = "full" if self.budget is None else f"{self.budget}/{self.prompt_tokens} tokens"
+        return (
+            f"RiftStats(policy={self.policy!r}, budget={budget}, rounds={len(self.rounds)}, "
+            f"AL={self.acceptance_length:.2f}, drafted={self.drafted}, accepted={self.accepted}, "
+            f"rounds_without_drafting={self.rounds_without_drafting}, rescorings={len(self.rescorings)}, "
+            f"peak_kv={self.peak_kv_bytes / 2**20:.2f} MiB, peak_store={self.peak_store_bytes / 2**20:.2f} MiB)"
+        )
 
     def to_dict(self) -> dict:
         return {
