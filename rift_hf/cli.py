@@ -936,7 +936,7 @@ def write_into_readme(table: str, readme: Path, block: str = "compare") -> None:
     readme.write_text(f"{head}{start}\n{table}{end}{tail}")
 
 
-def _card(preset: str, out: Path, card_dir: Path) -> None:
+def _card(preset: str, out: Path, card_dir: Path, repo_id: str | None = None) -> None:
     """Write the card into the Hub-ready folder (`out/model`) and into the repo's `model_cards/<name>/`."""
     from .models import PRESETS
     from .training.card import write_card
@@ -955,6 +955,7 @@ def _card(preset: str, out: Path, card_dir: Path) -> None:
         target_spec.upstream,
         draft_spec.license,
         draft_spec.upstream,
+        repo_id,
     )
     print(f"wrote {out / 'model' / 'README.md'} and {card_dir / name / 'README.md'}")
     page = Path("docs/training.md")
@@ -1277,6 +1278,7 @@ def _main(argv=None) -> None:
     card.add_argument("--preset", default="qwen-coder", choices=sorted(MODEL_PRESETS), help="model preset")
     card.add_argument("--out", type=Path, default=trained, help="the training output folder (holds eval.json)")
     card.add_argument("--card-dir", type=Path, default=Path("model_cards"), help="where the model card is written")
+    card.add_argument("--repo-id", help="the Hub repository (namespace/name) the card's usage snippet loads from")
     tab = sub.add_parser("table", help="render a compare.json or a replay rows.jsonl as markdown (and into a README)")
     tab.add_argument(
         "result",
@@ -1478,7 +1480,7 @@ def _main(argv=None) -> None:
             print(markdown_table(result))
         return
     if args.command == "card":
-        _card(args.preset, args.out, args.card_dir)
+        _card(args.preset, args.out, args.card_dir, args.repo_id)
         return
     if args.command == "summary":
         records = rebuild_summary(args.path) if args.rebuild else json.loads(args.path.read_text())

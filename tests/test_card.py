@@ -144,3 +144,38 @@ def test_head_card_says_the_drafter_is_untouched_and_reports_recall_and_the_verd
     assert "is **not met**: retention change continue +0.100, repeat +0.020; full-cache AL +0.0%" in _write(
         tmp_path, short
     )
+
+
+def _snippet(text: str) -> str:
+    return text.split("## Use", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("result", [RESULT, HEAD_RESULT], ids=["distilled", "head"])
+def test_card_usage_runs_as_written_and_metadata_follows_hub_conventions(tmp_path, result):
+    """The snippet defines every name it uses (ruff's undefined-name check) and loads from the given repository; the
+    card carries the relation to its base model, languages and a citation."""
+    import subprocess
+    import sys
+
+    (tmp_path / "eval.json").write_text(json.dumps(result))
+    args = ("drafter-x", "Qwen/Qwen2.5-Coder-1.5B-Instruct", "Apache-2.0", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    write_card(tmp_path / "eval.json", [tmp_path / "hub"], *args, repo_id="me/drafter-x")
+    text = (tmp_path / "hub" / "README.md").read_text()
+    code = _snippet(text)
+    (tmp_path / "snippet.py").write_text(code)
+    check = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--isolated", "--select", "F", str(tmp_path / "snippet.py")],
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stdout
+    assert 'RiftConfig.from_pretrained("me/drafter-x")' in code and "YOUR_NAMESPACE" not in text
+    head = result.get("kind") == "selection-head"
+    drafter = "Qwen/Qwen2.5-Coder-0.5B-Instruct" if head else "me/drafter-x"  # a head's repository holds no weights
+    assert f'drafter = AutoModelForCausalLM.from_pretrained("{drafter}")' in code
+    card = ModelCard.load(tmp_path / "hub" / "README.md")
+    assert card.data.base_model_relation == ("adapter" if head else "finetune")
+    assert card.data.language == ["code", "en"]
+    assert "## Citation" in text and "@misc{rift2026" in text
+    write_card(tmp_path / "eval.json", [tmp_path / "placeholder"], *args)  # no repository given: a named placeholder
+    assert "YOUR_NAMESPACE/drafter-x" in (tmp_path / "placeholder" / "README.md").read_text()

@@ -18,14 +18,7 @@ compressed with RIFT policies (rift-hf). Base model: `{{ base_model_name }}`.
 
 ## Use
 
-```python
-import rift_hf  # registers cache_implementation="rift"
-from transformers import AutoModelForCausalLM
-
-drafter = AutoModelForCausalLM.from_pretrained("{{ repo_id }}")
-config = rift_hf.RiftConfig.from_pretrained("{{ repo_id }}")  # {{ recommended }}
-out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift", cache_config=config)
-```
+{{ use }}
 
 The recommended config sits in the folder's `rift_config.json`, which plain transformers ignores: the drafter loads
 and drafts like any other model without rift-hf. Greedy output is always the target's own: compression only changes
@@ -75,6 +68,19 @@ equals the target's, {{ proxy_n }} sequences from {{ proxy_modules }}):
 For drafting with a compressed cache inside `transformers` assisted generation with rift-hf. It is not meant
 to be used on its own as a chat model. The training run is small (a CPU, about an hour): treat its numbers as a
 measurement of this run, not of the method's ceiling. Licence: that of the base model ({{ license }}).
+
+## Citation
+
+The method is RIFT (NVIDIA, 2026); this drafter was trained and evaluated with rift-hf.
+
+```bibtex
+@misc{rift2026,
+  title  = {RIFT: KV Cache Compression for Draft Models with Complementary Compressibility Training},
+  author = {{NVIDIA}},
+  year   = {2026},
+  note   = {arXiv preprint, October 2026}
+}
+```
 """
 
 
@@ -84,25 +90,19 @@ HEAD_TEMPLATE = """---
 
 # {{ model_name }}
 
-A speculative-decoding **drafter** for `{{ target }}`: the weights of `{{ base_model_name }}`, unchanged, with a
-**selection head** (`selection_head.safetensors`, {{ parameters }} parameters) that rift-hf's `{{ policy }}` policy
+A **selection head** for the speculative-decoding drafter `{{ base_model_name }}` (unchanged) of `{{ target }}`: a
+small file (`selection_head.safetensors`, {{ parameters }} parameters) that rift-hf's `{{ policy }}` policy
 scores the drafter's queries through when it chooses which prompt tokens to keep in the compressed KV cache. The head
 re-weights each rotary frequency pair of each query head by a learnt complex factor (it commutes with the rotary
 embedding); it is read only by the scorer, so the drafter's own attention and its full-cache output are untouched.
 
 ## Use
 
-```python
-import rift_hf  # registers cache_implementation="rift"
-from transformers import AutoModelForCausalLM
+{{ use }}
 
-drafter = AutoModelForCausalLM.from_pretrained("{{ repo_id }}")
-config = rift_hf.RiftConfig.from_pretrained("{{ repo_id }}")  # {{ recommended }}
-out = target.generate(ids, assistant_model=drafter, do_sample=False, cache_implementation="rift", cache_config=config)
-```
-
-`rift_config.json` names the head (a path relative to the folder); plain transformers ignores both files, so the
-drafter loads and drafts like any other model without rift-hf. Greedy output is always the target's own.
+This repository holds only the head and `rift_config.json` (which names it by a path relative to the repository):
+the drafter is `{{ base_model_name }}` itself, loaded from its own repository. Greedy output is always the
+target's own.
 
 ## Results
 
@@ -146,7 +146,60 @@ For drafting with a compressed cache inside `transformers` assisted generation w
 or another policy that scores with its recent queries. The head was fitted on {{ prompt_tokens }}-token prompts and
 evaluated at ~{{ eval_tokens }}; treat its numbers as a measurement of this run. Licence: that of the base model
 ({{ license }}).
+
+## Citation
+
+The method is RIFT (NVIDIA, 2026); this drafter was trained and evaluated with rift-hf.
+
+```bibtex
+@misc{rift2026,
+  title  = {RIFT: KV Cache Compression for Draft Models with Complementary Compressibility Training},
+  author = {{NVIDIA}},
+  year   = {2026},
+  note   = {arXiv preprint, October 2026}
+}
+```
 """
+
+
+PLACEHOLDER_NAMESPACE = "YOUR_NAMESPACE"
+
+
+def _use(result: dict, repo_id: str, target: str, base_model: str) -> str:
+    """The card's usage snippet: runnable as it stands (every name defined), the drafter from this repository (or,
+    for a selection head, from its base model's), the config from this repository."""
+    head = result.get("kind") == "selection-head"
+    lines = [
+        "```python",
+        'import rift_hf  # registers cache_implementation="rift"',
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{target}")',
+        f'target = AutoModelForCausalLM.from_pretrained("{target}")',
+        f'drafter = AutoModelForCausalLM.from_pretrained("{base_model if head else repo_id}")',
+        f'config = rift_hf.RiftConfig.from_pretrained("{repo_id}")  # {result["recommended_config"]}',
+        "",
+        'messages = [{"role": "user", "content": "Write a Python function that merges overlapping intervals."}]',
+        "inputs = tokenizer.apply_chat_template(",
+        '    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True',
+        ")",
+        "out = target.generate(",
+        "    **inputs,",
+        "    assistant_model=drafter,",
+        "    max_new_tokens=256,",
+        "    do_sample=False,",
+        '    cache_implementation="rift",',
+        "    cache_config=config,",
+        ")",
+        'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))',
+        "```",
+    ]
+    if repo_id.startswith(PLACEHOLDER_NAMESPACE + "/"):
+        lines.append(
+            f"\n(`{PLACEHOLDER_NAMESPACE}`: the namespace this folder was pushed to; `rift-hf card --repo-id` "
+            "writes it in.)"
+        )
+    return "\n".join(lines)
 
 
 def _teacher(result: dict) -> str:
@@ -210,14 +263,16 @@ def headline(result: dict, model_name: str) -> str:
     )
 
 
-def build_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
+def build_card(
+    result: dict, model_name: str, target: str, license: str, base_model: str, repo_id: str | None = None
+) -> ModelCard:
     if result.get("eval", {}).get("method") != "replay" or not result.get("after"):
         raise ValueError(
             "This eval.json has no replay evaluation (written by an older recipe, or with --no-replay): rerun "
             "`rift-hf train` with the same --out to evaluate it by replay."
         )
     if result.get("kind") == "selection-head":
-        return _head_card(result, model_name, target, license, base_model)
+        return _head_card(result, model_name, target, license, base_model, repo_id)
     before, after = result["before"], result["after"]
     data = _card_data(result, model_name, license, base_model)
     proxy_before, proxy_after = result["proxy_before"], result["proxy_after"]
@@ -230,7 +285,7 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
     return ModelCard.from_template(
         data,
         template_str=TEMPLATE,
-        **_shared(result, model_name, target, license, base_model),
+        **_shared(result, model_name, target, license, base_model, repo_id),
         full_change=f"{after['full']['al'] / before['full']['al'] - 1:+.1%}",
         proxy_table=proxy_table,
         budgets=f"1/{compressions[-1]:g}-1/{compressions[0]:g}",
@@ -246,7 +301,9 @@ def build_card(result: dict, model_name: str, target: str, license: str, base_mo
     )
 
 
-def _head_card(result: dict, model_name: str, target: str, license: str, base_model: str) -> ModelCard:
+def _head_card(
+    result: dict, model_name: str, target: str, license: str, base_model: str, repo_id: str | None
+) -> ModelCard:
     proxy_table = "\n".join(
         f"| {c} | {task} | {value:.3f} | {result['recall_after'][c][task]:.3f} |"
         for c, by_task in result["recall_before"].items()
@@ -255,7 +312,7 @@ def _head_card(result: dict, model_name: str, target: str, license: str, base_mo
     return ModelCard.from_template(
         _card_data(result, model_name, license, base_model),
         template_str=HEAD_TEMPLATE,
-        **_shared(result, model_name, target, license, base_model),
+        **_shared(result, model_name, target, license, base_model, repo_id),
         parameters=f"{result['parameters']:,}",
         proxy_table=proxy_table,
         window=result["window"],
@@ -272,15 +329,17 @@ def _head_card(result: dict, model_name: str, target: str, license: str, base_mo
     )
 
 
-def _shared(result: dict, model_name: str, target: str, license: str, base_model: str) -> dict:
+def _shared(result: dict, model_name: str, target: str, license: str, base_model: str, repo_id: str | None) -> dict:
     """The template fields both cards fill the same way: names, the evaluation's setting, results and verdict."""
     before, after, evaluation = result["before"], result["after"], result["eval"]
+    repo_id = repo_id or f"{PLACEHOLDER_NAMESPACE}/{model_name}"
     return dict(
         model_name=model_name,
         target=target,
         base_model_name=base_model,
         recommended=result["recommended_config"],
-        repo_id=model_name,
+        repo_id=repo_id,
+        use=_use(result, repo_id, target, base_model),
         n_eval=after["full"]["prompts"],
         per_task=evaluation["per_task"],
         eval_tokens=evaluation["input_tokens"],
@@ -336,6 +395,9 @@ def _card_data(result: dict, model_name: str, license: str, base_model: str) -> 
             if license.lower().startswith("apache-2.0")
             else {"license": "other", "license_name": license.split(" (")[0].lower().replace(" ", "-")}
         ),
+        # A selection head adds a file to an unchanged model (an adapter); a distilled drafter is a fine-tune.
+        base_model_relation="adapter" if result.get("kind") == "selection-head" else "finetune",
+        language=["code", "en"],
         library_name="transformers",
         pipeline_tag="text-generation",
         tags=["speculative-decoding", "drafter", "kv-cache-compression", "rift-hf"],
@@ -360,11 +422,18 @@ def _alignment(result: dict) -> str:
 
 
 def write_card(
-    eval_json: Path, out_dirs: list[Path], model_name: str, target: str, license: str, base_model: str
+    eval_json: Path,
+    out_dirs: list[Path],
+    model_name: str,
+    target: str,
+    license: str,
+    base_model: str,
+    repo_id: str | None = None,
 ) -> ModelCard:
-    """Render the card from `eval.json` into each of `out_dirs` (the Hub-ready folder, `model_cards/<name>/`)."""
+    """Render the card from `eval.json` into each of `out_dirs` (the Hub-ready folder, `model_cards/<name>/`);
+    `repo_id` is the repository its usage snippet loads from (default `YOUR_NAMESPACE/<model_name>`)."""
     result = json.loads(Path(eval_json).read_text())
-    card = build_card(result, model_name, target, license, base_model)
+    card = build_card(result, model_name, target, license, base_model, repo_id)
     for folder in out_dirs:
         folder.mkdir(parents=True, exist_ok=True)
         card.save(folder / "README.md")

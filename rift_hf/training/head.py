@@ -229,8 +229,9 @@ def run_head(
     sequences per compression and regime. Replay (as `recipe.run`): the full cache and `policy` on the `rift-hf
     replay` prompt set, before (`before_dir`, resumed) and with the head (`after_dir`). The drafter's weights are not
     touched, so its full-cache rows are carried from `before_dir` into `after_dir` instead of replayed again.
-    `out/model` is a Hub-ready drafter folder: the unchanged weights, the tokenizer, `selection_head.safetensors` and
-    `rift_config.json` naming it. With `refresh`, the examples are taken at rift-dyn's refresh points too
+    `out/model` is the head's Hub-ready repository: `selection_head.safetensors` and `rift_config.json` naming it (and
+    the card); the drafter is the base model itself, from its own repository. With `refresh`, the examples are taken
+    at rift-dyn's refresh points too
     (`refresh_points` with `delta`: the decode queries before each point, the next `delta` tokens' attention as the
     target) instead of at the prefill alone.
     """
@@ -332,8 +333,8 @@ def run_head(
         before = replay_summary(before_dir, [policy], compressions)
         after = replay_summary(after_dir, [policy], compressions)
 
-    draft.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    # The Hub-ready folder is the head's own small repository (head, config, card): the drafter's weights are the
+    # base model's, unchanged, loaded from its own repository.
     recommended = {"policy": policy, "budget": 1.0 / compressions[0], "window": window,
                    "selection_head": head_path.name}  # fmt: skip
     RiftConfig.from_dict(recommended).save_pretrained(model_dir)
