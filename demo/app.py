@@ -52,8 +52,8 @@ COLUMNS = [
     "tokens/s",
     "speed-up vs target",
     "drafter tokens/s",
-    "drafter KV MiB",
-    "store MiB",
+    "drafter working set MiB",
+    "drafter store MiB",
 ]
 
 
@@ -76,6 +76,9 @@ class Preset:
         return self.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
 
     def decode(self, ids) -> str:
+        if isinstance(self.tokenizer, ByteTokenizer):
+            # Random weights emit random bytes: printable ASCII as it is, any other byte as a dot (not mojibake).
+            return "".join(chr(b) if 32 <= b < 127 or b in (9, 10) else "·" for b in (int(i) % 256 for i in ids))
         return self.tokenizer.decode(ids)
 
 
@@ -290,8 +293,9 @@ def render(runs: list[PolicyRun]) -> str:
             f'<span class="status" data-policy="{run.policy}">{run.status}</span> · '
             f'AL <b class="al" data-policy="{run.policy}">{_fmt(run.al, ".2f")}</b> · retention '
             f"{_fmt(run.retention, '.2f')} · {_fmt(run.speedup, '.2f')}x the target alone · drafter "
-            f"{_fmt(run.draft_tokens_per_s, '.1f')} tok/s · drafter KV {_fmt(run.kv_mib, '.2f')} MiB (+ full store "
-            f"{_fmt(run.store_mib, '.2f')} MiB, kept for rescoring or the attention-mass plot)"
+            f"{_fmt(run.draft_tokens_per_s, '.1f')} tok/s · drafter working set {_fmt(run.kv_mib, '.2f')} MiB + store "
+            f"{_fmt(run.store_mib, '.2f')} MiB (what the policy keeps to select from again, or the attention-mass "
+            "measurement's copy when ticked)"
         )
         blocks.append(
             f'<div class="policy"><h4>{run.policy}</h4><div class="stats">{stats}</div>'
@@ -460,7 +464,10 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         gr.Markdown(
             "# rift-hf — drafter KV-cache policies side by side\nSame prompt, same target; the drafter's "
             "cache is compressed to a budget by each policy. Output is always the target's own. The target first "
-            f"runs alone (the speed-up's reference). `{RECOMMENDED}` is the recommended policy."
+            f"runs alone (the speed-up's reference). `{RECOMMENDED}` is the recommended policy.\n\n"
+            "**AL**: tokens per target verification round (accepted drafts + the target's own). **Retention**: a "
+            "policy's AL / the full cache's. **γ**: tokens the drafter proposes per round. **Budget**: the share of "
+            "the prompt the drafter's cache keeps. **Speed-up**: tokens/s against the target alone."
         )
         with gr.Row():
             preset = gr.Dropdown(

@@ -132,3 +132,14 @@ def test_attention_mass_is_measured_only_when_asked():
         for _ in demo_app.run_policy(preset, ids, "rift-dyn", 0.25, 4, 8, 16, run, attention_mass=asked):
             pass
         assert run.status == "done" and bool(run.mass) == asked
+
+
+def test_tiny_preset_text_is_readable_and_the_page_defines_its_terms():
+    preset = demo_app.tiny_random_preset()
+    text = preset.decode(list(range(256)))
+    assert all(ch.isprintable() or ch in "\t\n" for ch in text) and "\ufffd" not in text
+    assert preset.decode(preset.encode("def f(x):\n    return x")[0]) == "def f(x):\n    return x"
+    page = demo_app.build_app().config
+    markdown = " ".join(str(c.get("props", {}).get("value", "")) for c in page["components"])
+    for term in ("**AL**", "**Retention**", "**γ**", "**Budget**"):
+        assert term in markdown
