@@ -1332,6 +1332,12 @@ def _main(argv=None) -> None:
     pub.add_argument("repo_id", help="Hub model repository, e.g. you/qwen2.5-coder-0.5b-rift")
     pub.add_argument("--private", action="store_true", help="create the repository private")
     pub.add_argument("--dry-run", action="store_true", help="run the checks only; upload nothing")
+    pub.add_argument(
+        "--custom-generate",
+        action="store_true",
+        help="also add custom_generate/ (rift as a Hub-hosted generation method, the package copied in): users run "
+        "generate(custom_generate=REPO_ID, trust_remote_code=True) without installing rift-hf",
+    )
     summ = sub.add_parser("summary", help="render benchmarks/results/summary.json as markdown tables")
     summ.add_argument("--path", type=Path, default=Path("benchmarks/results/summary.json"), help="summary.json path")
     summ.add_argument("--experiments", nargs="*", help="only these experiments (default: all)")
@@ -1494,9 +1500,13 @@ def _main(argv=None) -> None:
         print(text)
         return
     if args.command == "push":
-        from .hub import push
+        from .hub import push, write_custom_generate
 
         try:
+            if args.custom_generate:
+                if not args.folder.is_dir():
+                    raise ValueError(f"{args.folder} is not a folder")
+                print(f"wrote {write_custom_generate(args.folder, args.repo_id)}")
             url = push(args.folder, args.repo_id, private=args.private, dry_run=args.dry_run)
         except (ValueError, RuntimeError) as err:
             parser.exit(2, f"rift-hf push: {err}\n")

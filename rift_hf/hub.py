@@ -21,12 +21,27 @@ from .policies.selection_head import HEAD_NAME
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
+def head_only(folder: str | Path) -> bool:
+    """A selection head's own repository: the head and the `rift_config.json` naming it, no model (the drafter is the
+    base model, loaded from its own repository)."""
+    folder = Path(folder)
+    return (folder / HEAD_NAME).is_file() and not (folder / "config.json").is_file()
+
+
 def check_folder(folder: str | Path) -> list[str]:
-    """What a publishable drafter folder lacks (empty when nothing does)."""
+    """What a publishable drafter folder (or a selection head's own folder) lacks (empty when nothing does)."""
     folder = Path(folder)
     if not folder.is_dir():
         return [f"{folder} is not a folder"]
     missing = []
+    if head_only(folder):
+        if not (folder / "README.md").is_file():
+            missing.append("README.md, the card (rift-hf card writes one for a trained head)")
+        config = folder / CONFIG_NAME
+        head = json.loads(config.read_text()).get("selection_head") if config.is_file() else None
+        if head != HEAD_NAME:
+            missing.append(f"{CONFIG_NAME} naming {HEAD_NAME} (RiftConfig(..., selection_head=...).save_pretrained)")
+        return missing
     if not (folder / "config.json").is_file():
         missing.append("config.json (save the model with save_pretrained)")
     if not any(path.name != HEAD_NAME for path in folder.glob("*.safetensors")):
@@ -90,7 +105,7 @@ def push(
     missing = check_folder(folder)
     if missing:
         raise ValueError(f"{folder} is not ready to publish; missing: " + "; ".join(missing))
-    if check_load:
+    if check_load and not head_only(folder):  # a head's folder holds no model to load
         check_plain_load(folder)
     if dry_run:
         return None
@@ -100,3 +115,70 @@ def push(
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     info = api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message="Upload drafter with rift-hf")
     return str(info.commit_url if hasattr(info, "commit_url") else info)
+
+
+# custom_generate/generate.py, formatted with the repository (or folder) that holds the package's copy.
+CUSTOM_GENERATE = '''"""rift-hf as a Hub-hosted generation method (written by `rift-hf push --custom-generate`).
+
+    target.generate(ids, assistant_model=drafter, custom_generate="{source}", trust_remote_code=True,
+                    max_new_tokens=256, cache_config={{"policy": "page-round", "budget": 0.25}})
+
+runs assisted generation with the drafter's KV cache compressed by RIFT (cache_implementation="rift"): with an
+installed rift_hf when there is one, otherwise with the copy of the package kept beside this file.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+
+SOURCE = {source!r}  # the repository (or local folder) that holds custom_generate/rift_hf
+
+
+def _rift_hf():
+    if "rift_hf" not in sys.modules and importlib.util.find_spec("rift_hf") is None:
+        folder = SOURCE
+        if not os.path.isdir(folder):
+            from huggingface_hub import snapshot_download
+
+            folder = snapshot_download(SOURCE, allow_patterns=["custom_generate/rift_hf/**"])
+        sys.path.insert(0, os.path.join(folder, "custom_generate"))
+    return importlib.import_module("rift_hf")
+
+
+def generate(model, *args, **kwargs):
+    """`model.generate` with `cache_implementation="rift"`; the drafter comes as `assistant_model`."""
+    _rift_hf()  # registers the "rift" cache implementation and attention backend with transformers
+    if kwargs.get("assistant_model") is None:
+        raise ValueError("rift compresses the drafter's cache: pass the drafter as assistant_model=...")
+    kwargs["cache_implementation"] = "rift"
+    return model.generate(*args, **kwargs)
+'''
+
+
+def write_custom_generate(folder: str | Path, source: str | None = None) -> Path:
+    """
+    Add `custom_generate/` to `folder`: transformers' Hub-hosted generation method (`generate(custom_generate=<repo>,
+    trust_remote_code=True)`) with a copy of the rift_hf package beside it, so that a user can try rift without
+    installing it. `source` is the repository id the folder will be pushed to (default: the folder itself, for a
+    local try). Returns the `custom_generate` folder.
+    """
+    import shutil
+
+    import rift_hf
+    import rift_hf.kernels
+
+    folder = Path(folder)
+    out = folder / "custom_generate"
+    if out.exists():
+        shutil.rmtree(out)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "demo", "screenshot.png")
+    package = out / "rift_hf"
+    shutil.copytree(Path(rift_hf.__file__).parent, package, ignore=ignore)
+    if not (package / "kernels").exists():  # an editable install maps kernels/ from the repo's top level
+        shutil.copytree(Path(rift_hf.kernels.__file__).parent, package / "kernels", ignore=ignore)
+    source = source or str(folder.resolve())
+    (out / "generate.py").write_text(CUSTOM_GENERATE.format(source=source))
+    # transformers checks these before running generate.py: what rift_hf needs at import, nothing more
+    (out / "requirements.txt").write_text("transformers>=5.23\nsafetensors\nhuggingface_hub\n")
+    return out
