@@ -133,6 +133,11 @@ def run_speed(args) -> None:
     from rift_hf.generation.decode import generate_from
 
     target, draft, tokenizer = load_preset(args.preset, dtype=args.dtype)
+    if args.linear == "weight-major":  # both models' small-batch linear layers as weight @ x.T (rift_hf.cpu)
+        from rift_hf.cpu import weight_major_linear
+
+        weight_major_linear(target)
+        weight_major_linear(draft)
     fix_draft_length(target, draft, gamma=args.gamma)
     for name, value in args.draft_options.items():
         setattr(draft.generation_config, name, value)
@@ -212,6 +217,7 @@ def run_speed(args) -> None:
             new_ids=new,
             prefill_seconds={"target": cache.target.seconds, "draft": cache.draft.seconds},
             gamma=args.gamma,
+            linear=args.linear,
             dtype=str(target.dtype).removeprefix("torch."),
             machine=machine(),
             threads=torch.get_num_threads(),
@@ -264,6 +270,7 @@ def speed_table(folder: Path) -> str:
                 cell([r["al"] for r in mine if r.get("al")]),
                 cell(ratios(setting, full, "al")) if full and setting not in ("target", "transformers") else "-",
                 cell([b / 2**20 for b in kv], "{:.0f}") + " MiB" if kv else "-",
+                cell([r["draft_seconds"] / r["seconds"] for r in mine if r.get("draft_seconds") is not None]),
                 f"{sum(bool(r['same_as_target']) for r in mine)}/{len(mine)}",
             ]
         )
@@ -273,13 +280,15 @@ def speed_table(folder: Path) -> str:
     head = (
         f"{len(prompts)} prompts ({', '.join(dict.fromkeys(r['task'] for r in rows))}), {lengths[0]}-{lengths[-1]} "
         f"input tokens, {first['output_tokens']} new tokens, gamma <= {first['gamma']}, {first['dtype']}, "
+        f"{first.get('linear', 'torch')} linear layers, "
         f"{first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}. Decode phase only: each prompt's "
         f"forwards were recorded once (target {cell([p['target'] for p in prefill], '{:.0f}')} s, drafter "
-        f"{cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them.\n\n"
+        f"{cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them. Drafting share: the "
+        "drafter's time over the decode phase's (the rest is the target's verification and the loop).\n\n"
     )
     headers = [
         "setting", "tokens/s", "vs target alone", "vs transformers' assisted", "AL", "retention", "drafter KV peak",
-        "output = target alone",
+        "drafting share", "output = target alone",
     ]  # fmt: skip
     return head + pipe_table(headers, table) + "\n"
 
@@ -305,6 +314,12 @@ def main(argv=None) -> None:
     speed.add_argument("--gamma", type=int, default=11)
     speed.add_argument("--delta", type=int, default=128)
     speed.add_argument("--draft-options", type=json.loads, default={}, help="generation-config fields, as JSON")
+    speed.add_argument(
+        "--linear",
+        default="torch",
+        choices=["torch", "weight-major"],
+        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
+    )
     speed.add_argument("--out", type=Path, required=True)
     speed.add_argument("--resume", action="store_true", help="continue <out>/rows.jsonl instead of starting afresh")
     speed.add_argument(
