@@ -293,6 +293,54 @@ def speed_table(folder: Path) -> str:
     return head + pipe_table(headers, table) + "\n"
 
 
+def speed_plot(folders: list[Path], out: Path, over: str = "transformers") -> Path:
+    """
+    Speed-up over `over` (transformers' assisted generation, or the target alone) against input length: one panel
+    per regime, a line per setting through the per-length means, each prompt a point. From the `speed` folders'
+    rows (the same run's `over` row for each prompt).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import statistics
+
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for folder in folders for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    base = {(r["prompt"], r["input_tokens"], r.get("linear", "torch")): r for r in rows if r["setting"] == over}
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False, sharey=True)
+    for axis, task in zip(axes[0], tasks, strict=True):
+        points: dict[str, dict[int, list[float]]] = {}
+        for r in rows:
+            ref = base.get((r["prompt"], r["input_tokens"], r.get("linear", "torch")))
+            if r["task"] != task or r["setting"] == over or ref is None:
+                continue
+            label = r["setting"] + (" (weight-major)" if r.get("linear", "torch") != "torch" else "")
+            ratio = r["tokens_per_s"] / ref["tokens_per_s"]
+            points.setdefault(label, {}).setdefault(r["input_tokens"], []).append(ratio)
+        for label, by_length in points.items():
+            lengths = sorted(by_length)
+            (line,) = axis.plot(lengths, [statistics.mean(by_length[n]) for n in lengths], marker="o", label=label)
+            for n in lengths:
+                axis.scatter([n] * len(by_length[n]), by_length[n], color=line.get_color(), s=12, alpha=0.5)
+        axis.axhline(1.0, color="grey", lw=0.8, ls="--")
+        axis.set(title=task, xlabel="input tokens", xscale="log", ylabel=f"speed-up over {over}")
+        lengths = sorted({n for by_length in points.values() for n in by_length})
+        axis.set_xticks(lengths, [f"{n / 1024:.0f}K" for n in lengths])
+        axis.minorticks_off()
+        axis.grid(alpha=0.3)
+        if points:
+            axis.legend(fontsize=7)
+    first = rows[0]
+    fig.suptitle(f"decode phase, {first['dtype']}, {first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -329,7 +377,14 @@ def main(argv=None) -> None:
     table.add_argument("folder", type=Path)
     table.add_argument("--readme", type=Path, help="write the table into this file's block (--block)")
     table.add_argument("--block", default="decode-phase")
+    plot = sub.add_parser("plot", help="speed-up against input length from several `speed` folders (PNG)")
+    plot.add_argument("folders", type=Path, nargs="+")
+    plot.add_argument("--over", default="transformers", choices=["transformers", "target"])
+    plot.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "plot":
+        print(speed_plot(args.folders, args.out, args.over))
+        return
     if args.command == "table":
         text = speed_table(args.folder)
         (args.folder / "table.md").write_text(text)

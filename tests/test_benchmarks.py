@@ -274,3 +274,5 @@ def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
     table = long_inputs.speed_table(out)
     assert "| page-round@draft_length=auto,assistant_confidence_threshold=0.4" in table
     assert "decode phase only" in table.lower()
+    long_inputs.main(["plot", str(out), "--out", str(tmp_path / "speed.png")])
+    assert (tmp_path / "speed.png").stat().st_size > 10_000
