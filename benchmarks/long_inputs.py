@@ -327,7 +327,7 @@ def speed_plot(folders: list[Path], out: Path, over: str = "transformers") -> Pa
         axis.axhline(1.0, color="grey", lw=0.8, ls="--")
         axis.set(title=task, xlabel="input tokens", xscale="log", ylabel=f"speed-up over {over}")
         lengths = sorted({n for by_length in points.values() for n in by_length})
-        axis.set_xticks(lengths, [f"{n / 1024:.0f}K" for n in lengths])
+        axis.set_xticks(lengths, [f"{n / 1000:.0f}K" for n in lengths])
         axis.minorticks_off()
         axis.grid(alpha=0.3)
         if points:
