@@ -176,6 +176,6 @@ def test_card_usage_runs_as_written_and_metadata_follows_hub_conventions(tmp_pat
     card = ModelCard.load(tmp_path / "hub" / "README.md")
     assert card.data.base_model_relation == ("adapter" if head else "finetune")
     assert card.data.language == ["code", "en"]
-    assert "## Citation" in text and "@misc{rift2026" in text
+    assert "## Citation" in text and "@misc{rift2026" in text and "author = {{NVIDIA}}," in text
     write_card(tmp_path / "eval.json", [tmp_path / "placeholder"], *args)  # no repository given: a named placeholder
     assert "YOUR_NAMESPACE/drafter-x" in (tmp_path / "placeholder" / "README.md").read_text()

@@ -69,18 +69,7 @@ For drafting with a compressed cache inside `transformers` assisted generation w
 to be used on its own as a chat model. The training run is small (a CPU, about an hour): treat its numbers as a
 measurement of this run, not of the method's ceiling. Licence: that of the base model ({{ license }}).
 
-## Citation
-
-The method is RIFT (NVIDIA, 2026); this drafter was trained and evaluated with rift-hf.
-
-```bibtex
-@misc{rift2026,
-  title  = {RIFT: KV Cache Compression for Draft Models with Complementary Compressibility Training},
-  author = {{NVIDIA}},
-  year   = {2026},
-  note   = {arXiv preprint, October 2026}
-}
-```
+{{ citation }}
 """
 
 
@@ -147,7 +136,12 @@ or another policy that scores with its recent queries. The head was fitted on {{
 evaluated at ~{{ eval_tokens }}; treat its numbers as a measurement of this run. Licence: that of the base model
 ({{ license }}).
 
-## Citation
+{{ citation }}
+"""
+
+
+# Passed as a value, not written into the templates: Jinja would read BibTeX's `{{NVIDIA}}` as a variable.
+CITATION = """## Citation
 
 The method is RIFT (NVIDIA, 2026); this drafter was trained and evaluated with rift-hf.
 
@@ -158,9 +152,7 @@ The method is RIFT (NVIDIA, 2026); this drafter was trained and evaluated with r
   year   = {2026},
   note   = {arXiv preprint, October 2026}
 }
-```
-"""
-
+```"""
 
 PLACEHOLDER_NAMESPACE = "YOUR_NAMESPACE"
 
@@ -340,6 +332,7 @@ def _shared(result: dict, model_name: str, target: str, license: str, base_model
         recommended=result["recommended_config"],
         repo_id=repo_id,
         use=_use(result, repo_id, target, base_model),
+        citation=CITATION,
         n_eval=after["full"]["prompts"],
         per_task=evaluation["per_task"],
         eval_tokens=evaluation["input_tokens"],
