@@ -540,23 +540,16 @@ def write_space(out, preset: str = "qwen-coder"):
     """Write a folder to upload as a Gradio Space: `app.py`, `requirements.txt`, a README with the Space's metadata,
     and the rift_hf package itself (kernels and demo included), so the Space needs nothing but PyPI."""
     import importlib.metadata as metadata
-    import shutil
     from pathlib import Path
 
-    import rift_hf.demo
-    import rift_hf.kernels
+    from rift_hf.hub import copy_package
 
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}; choose from {', '.join(PRESETS)}.")
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty: pass a new folder.")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "screenshot.png")
-    package = out / "rift_hf"
-    shutil.copytree(Path(rift_hf.__file__).parent, package, ignore=ignore)
-    for module, name in ((rift_hf.kernels, "kernels"), (rift_hf.demo, "demo")):
-        if not (package / name).exists():  # an editable install maps kernels/ and demo/ from the repo's top level
-            shutil.copytree(Path(module.__file__).parent, package / name, ignore=ignore)
+    copy_package(out / "rift_hf", demo=True)
     requires = [r.split(";")[0].strip() for r in metadata.requires("rift-hf") or [] if "extra ==" not in r]
     lines = [*requires, f"gradio=={gr.__version__}", "pandas", "matplotlib"]  # the demo extra
     (out / "requirements.txt").write_text("\n".join(dict.fromkeys(lines)) + "\n")

@@ -156,6 +156,29 @@ def generate(model, *args, **kwargs):
 '''
 
 
+def copy_package(dest: Path, demo: bool = False) -> Path:
+    """Copy the installed rift_hf package to `dest` (kernels included; the demo only with `demo`), for folders that
+    must run without the package installed (a Space, a `custom_generate` repository)."""
+    import shutil
+
+    import rift_hf
+    import rift_hf.kernels
+
+    skip = ("__pycache__", "*.pyc", "screenshot.png", *(() if demo else ("demo",)))
+    ignore = shutil.ignore_patterns(*skip)
+    shutil.copytree(Path(rift_hf.__file__).parent, dest, ignore=ignore)
+    mapped = [rift_hf.kernels]
+    if demo:
+        import rift_hf.demo
+
+        mapped.append(rift_hf.demo)
+    for module in mapped:  # an editable install maps kernels/ and demo/ from the repo's top level
+        name = module.__name__.rsplit(".", 1)[1]
+        if not (dest / name).exists():
+            shutil.copytree(Path(module.__file__).parent, dest / name, ignore=ignore)
+    return dest
+
+
 def write_custom_generate(folder: str | Path, source: str | None = None) -> Path:
     """
     Add `custom_generate/` to `folder`: transformers' Hub-hosted generation method (`generate(custom_generate=<repo>,
@@ -165,18 +188,11 @@ def write_custom_generate(folder: str | Path, source: str | None = None) -> Path
     """
     import shutil
 
-    import rift_hf
-    import rift_hf.kernels
-
     folder = Path(folder)
     out = folder / "custom_generate"
     if out.exists():
         shutil.rmtree(out)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "demo", "screenshot.png")
-    package = out / "rift_hf"
-    shutil.copytree(Path(rift_hf.__file__).parent, package, ignore=ignore)
-    if not (package / "kernels").exists():  # an editable install maps kernels/ from the repo's top level
-        shutil.copytree(Path(rift_hf.kernels.__file__).parent, package / "kernels", ignore=ignore)
+    copy_package(out / "rift_hf")
     source = source or str(folder.resolve())
     (out / "generate.py").write_text(CUSTOM_GENERATE.format(source=source))
     # transformers checks these before running generate.py: what rift_hf needs at import, nothing more
