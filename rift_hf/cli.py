@@ -10,6 +10,7 @@ import platform
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -471,6 +472,8 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             "machine": result["machine"],
             "dtype": result["dtype"],
             "prompts": result["prompts"],
+            "sources": result.get("sources"),  # e.g. "broad-eval": the half of the broad set the record is from
+            "prompts_by_task": dict(Counter(r["task"] for r in rows if r.get("task"))) or None,
         }
         key = tuple(record[k] for k in SUMMARY_KEYS)
         keys = [tuple(r.get(k, "generate" if k == "method" else None) for k in SUMMARY_KEYS) for r in records]
@@ -1012,7 +1015,8 @@ def _add_run_arguments(parser, input_tokens: int, new_tokens: int, per_task: int
         default="code",
         type=_sources,
         help="code (stdlib source), code-long (stdlib modules of 8K+ tokens, for ~8K inputs), prose (Shakespeare, "
-        "KJV), comma-separated sources (module names, shakespeare:<play>, kjv:<book>), or a .jsonl file of your own "
+        "KJV), broad-tune or broad-eval (four families, both regimes; --per-task sources per family), comma-separated "
+        "sources (module names, shakespeare:<play>, kjv:<book>), or a .jsonl file of your own "
         "prompts ({'prompt': ..., 'task': ...} per line; used whole, --per-task of each task)",
     )
     parser.add_argument("--gamma", type=_positive_int, default=11, help="draft length (constant schedule)")
@@ -1030,7 +1034,7 @@ def _sources(text: str) -> str | list[str]:
         if not Path(text).is_file():
             raise argparse.ArgumentTypeError(f"no prompt file {text}")
         return text
-    if text in SOURCES:
+    if text in SOURCES or text in ("broad-tune", "broad-eval"):
         return text
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -1061,7 +1065,7 @@ def _checked_tasks(parser, args) -> tuple[str, ...] | None:
     """`--tasks`: any names for a prompt file of your own (its records' `task`), the built-in ones otherwise."""
     from .prompts import TASKS
 
-    own = str(args.sources).endswith(".jsonl")
+    own = str(args.sources).endswith(".jsonl") or str(args.sources).startswith("broad-")  # broad: families, cells
     if args.tasks is not None and not own:
         unknown = [t for t in args.tasks if t not in TASKS]
         if unknown:

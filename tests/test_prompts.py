@@ -147,3 +147,73 @@ def test_repo_prompts_give_a_package_as_context_and_ask_for_one_file():
         build_prompt(tokenizer, "repo:http/nothing.py", "repeat", 1000)
     long = prompt_set(tokenizer, 30_000, 8, sources="repo")
     assert len(long) == 16 and len({p.name for p in long}) == 16
+
+
+def _text(prompt) -> str:
+    return bytes(prompt.input_ids[0].tolist()).decode()
+
+
+def test_broad_set_halves_are_disjoint_and_cover_every_family_and_regime():
+    from rift_hf.prompts import BROAD, REGIMES, broad_prompts
+
+    tokenizer = ByteTokenizer()
+    tune, held_out = broad_prompts(tokenizer, 600, "tune"), broad_prompts(tokenizer, 600, "eval")
+    sources = {half: {p.name.split(":", 2)[2] for p in ps} for half, ps in (("tune", tune), ("eval", held_out))}
+    assert not sources["tune"] & sources["eval"]
+    assert sources["tune"] | sources["eval"] == {s for family in BROAD.values() for s in family}
+    cells = {f"{family}/{regime}" for family in BROAD for regime in REGIMES}
+    for prompts in (tune, held_out):
+        assert {p.task for p in prompts} == cells
+        assert all(sum(p.task == cell for p in prompts) == 8 for cell in cells)
+        # Source by source: the first eight prompts hold one prompt of every cell.
+        assert {p.task for p in prompts[:8]} == cells
+    # Every task of a regime is used, and every prompt is near the length asked for.
+    assert {p.name.split(":")[1] for p in held_out} == {t for tasks in REGIMES.values() for t in tasks}
+    assert all(600 <= p.tokens <= 900 for p in held_out)
+    assert broad_prompts(tokenizer, 600, "eval")[5].input_ids.equal(held_out[5].input_ids)
+    assert [p.name for p in prompt_set(tokenizer, 600, 1, tasks=("cpp",), sources="broad-eval")] == [
+        p.name for p in held_out[:8] if p.task.startswith("cpp/")
+    ]
+    with pytest.raises(ValueError, match="tune, eval"):
+        broad_prompts(tokenizer, 600, "test")
+    with pytest.raises(ValueError, match="choose from python"):
+        broad_prompts(tokenizer, 600, families=("rust",))
+
+
+def test_edit_and_quote_prompts_point_far_back_into_the_text():
+    from rift_hf.prompts import edit_word, quote_line
+
+    tokenizer = ByteTokenizer()
+    source = "pkgfile:torch/include/c10/util/SmallVector.h"
+    text = source_text(source)[:3000]
+    edit = _text(build_prompt(tokenizer, source, "edit", 3000))
+    word = edit_word(text)
+    assert edit.startswith("Here is a source file:\n```cpp\n")
+    assert f"every `{word}` becomes `{word.upper()}`" in edit and edit.endswith("```cpp\n")
+    quote = _text(build_prompt(tokenizer, source, "quote", 3000))
+    line = quote_line(text)
+    assert f"from the line `{line.strip()}` on." in quote
+    assert 0.1 < text.index(line) / len(text) < 0.5  # far back from where the answer starts
+    assert text.count(line) == 1
+    prose = _text(build_prompt(tokenizer, "kjv:Job", "edit", 2000))
+    assert "`" + edit_word(source_text("kjv:Job")[:2000]) + "`" in prose and "```" not in prose
+    yaml = _text(build_prompt(tokenizer, "pkgfile:torchgen/packaged/autograd/derivatives.yaml@3", "repeat", 500))
+    assert yaml.startswith("Here is a YAML file:\n```yaml\n")
+
+
+def test_package_file_and_pydoc_sources_refuse_what_is_not_there():
+    text = source_text("pkgfile:torchgen/packaged/autograd/derivatives.yaml@1")
+    whole = source_text("pkgfile:torchgen/packaged/autograd/derivatives.yaml")
+    assert whole.endswith(text) and 20_000 <= len(whole) - len(text) < 20_500 and whole[-len(text) - 1] == "\n"
+    assert source_text("pydoc:with").startswith("## with\n\n")
+    for bad, match in (
+        ("pkgfile:torch/include/no_such.h", "no file 'include/no_such.h'"),
+        ("pkgfile:no_such_module_xyz/a.h", "name a file of an installed package"),
+        ("pkgfile:torchgen/packaged/autograd/derivatives.yaml@x", "stretch number"),
+        ("pkgfile:torchgen/packaged/autograd/derivatives.yaml@9999", "fewer than"),
+        ("pydoc:no-such-topic", "choose one of"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            source_text(bad)
+    with pytest.raises(ValueError, match="repeat, continue and summarize"):
+        build_prompt(ByteTokenizer(), "repo:asyncio/tasks.py", "edit", 2000)
