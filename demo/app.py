@@ -30,6 +30,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 import rift_hf
+from rift_hf.config import policy_settings
 from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
 
 POLICY_CHOICES = list(rift_hf.POLICIES)
@@ -187,14 +188,16 @@ def run_policy(
     if not alone:
         fix_draft_length(preset.draft, gamma=int(gamma))
         budget_tokens = max(1, int(budget * ids.shape[1]))
-        config = {
-            "policy": policy,
-            "budget": float(budget),
-            "window": max(1, min(window, budget_tokens // 2)),
-            "delta": 32,
-            "track_attention_mass": attention_mass and policy != "full",  # a measurement: slower, off unless asked
-            "draft_length": "fixed",  # the gamma chosen on the page, every round
-        }
+        config = policy_settings(
+            policy,
+            {
+                "budget": float(budget),
+                "window": max(1, min(window, budget_tokens // 2)),
+                "delta": 32,
+                "track_attention_mass": attention_mass and policy != "full",  # a measurement: slower, off unless asked
+                "draft_length": "fixed",  # the gamma chosen on the page, every round
+            },
+        )
         kwargs = {"assistant_model": preset.draft, "cache_implementation": "rift", "cache_config": config}
     streamer = None if alone else RoundStreamer()
     error: list = []

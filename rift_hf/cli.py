@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 
+from .config import policy_settings
 from .models import DTYPES
 from .models import PRESETS as MODEL_PRESETS
 from .tables import pipe_table
@@ -386,8 +387,10 @@ def policy_config(label: str, budget, window: int, delta: int, extra: dict | Non
     Measurements draft a fixed length (`draft_length="fixed"`, as acceptance is measured); `@draft_length=auto` asks
     for the cost-aware length of the default settings."""
     policy, _, overrides = label.partition("@")
-    config = {"policy": policy, "budget": budget, "window": window, "delta": delta, "draft_length": "fixed"}
-    config.update(extra or {})
+    # The run's window, delta and extra fields go to the policies that read them (the others refuse a field they
+    # ignore); a label's own overrides go as written.
+    shared = {"budget": budget, "window": window, "delta": delta, "draft_length": "fixed", **(extra or {})}
+    config = policy_settings(policy, shared)
     for item in filter(None, overrides.split(",")):
         key, _, value = item.partition("=")
         try:

@@ -30,6 +30,23 @@ STORE_DTYPES = ("int8", "int4", "int2")
 EQUAL_BYTES_DTYPES = ("bfloat16", "float16", "float32")  # `kv_equal_bytes` may count bytes as if in one of these
 
 
+def policy_fields() -> set[str]:
+    """The `RiftConfig` fields some policy reads and others do not (the union of every `Policy.params`)."""
+    return {field for name in policy_names() for field in policy_class(name).params}
+
+
+def policy_settings(policy: str, fields: dict) -> dict:
+    """
+    `{"policy": policy, **fields}` without the policy-specific fields `policy` does not read: one run's settings
+    (window, delta, block size ...) applied to several policies. `RiftConfig` itself refuses such a field.
+
+    >>> policy_settings("swa", {"budget": 0.25, "window": 32, "delta": 16})
+    {'policy': 'swa', 'budget': 0.25}
+    """
+    params, specific = policy_class(policy).params, policy_fields()
+    return {"policy": policy, **{k: v for k, v in fields.items() if k in params or k not in specific}}
+
+
 @dataclass
 class RiftConfig:
     """
@@ -259,8 +276,27 @@ class RiftConfig:
             raise ValueError(f"`a_min` ({self.a_min}) must not exceed `a_max` ({self.a_max}).")
         if not 0.0 < self.al_alpha <= 1.0:
             raise ValueError(f"`al_alpha` must lie in (0, 1], got {self.al_alpha}.")
+        self._check_policy_fields()
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
+
+    def _check_policy_fields(self) -> None:
+        """Refuse a field some policy reads, set away from its default for this policy, which does not read it."""
+        chosen = policy_class(self.policy)
+        users: dict[str, list[str]] = {}
+        for name in policy_names():
+            for field in policy_class(name).params:
+                users.setdefault(field, []).append(name)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for field, readers in users.items():
+            value = getattr(self, field)
+            # `block_size`/`pages_ahead` left unset are filled with the policy's own (what a saved config holds).
+            if field in chosen.params or value == defaults[field] or value == getattr(chosen, field, defaults[field]):
+                continue
+            raise ValueError(
+                f"Policy {self.policy!r} does not read `{field}` (set to {value!r}); only {', '.join(readers)} do. "
+                f"Drop `{field}`, or choose one of those policies."
+            )
 
     def _check_store_dtype(self) -> None:
         if self.store_dtype not in STORE_DTYPES:
@@ -356,7 +392,7 @@ class RiftConfig:
         budget = self._budget_tokens(prompt_length)
         room = max(1, budget - self.n_sink)
         window = min(self.window, room) if self.is_scored else self.window
-        block_size = min(self.block_size, room)
+        block_size = min(self.block_size, room) if "block_size" in policy_class(self.policy).params else self.block_size
         if (window, block_size) == (self.window, self.block_size) and self.n_sink < budget:
             return self
         return dataclasses.replace(self, window=window, block_size=block_size, n_sink=min(self.n_sink, budget - 1))

@@ -51,7 +51,7 @@ def test_bad_config_raises_with_fix(kwargs, error, match):
 
 
 def test_round_trip_through_generation_config(tmp_path):
-    config = RiftConfig(policy="rift-ada", budget=0.25, delta=64, drift_threshold=0.2)
+    config = RiftConfig(policy="rift-ada", budget=0.25, a_min=64, drift_threshold=0.2)
     gen = GenerationConfig(cache_implementation="rift", cache_config=config.to_dict())
     gen.save_pretrained(tmp_path)
     loaded = GenerationConfig.from_pretrained(tmp_path)
@@ -154,3 +154,41 @@ def test_stats_repr_is_one_short_line_with_details_on_request():
     assert "\n" not in text and len(text) < 300
     assert "rounds=500" in text and "AL=3.00" in text and "1024/4096" in text and "peak_kv=3.00 MiB" in text
     assert len(stats.to_dict()["rounds"]) == 500  # the details stay available
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"policy": "swa", "pages_ahead": 3}, "pages_ahead"),
+        ({"policy": "rift-stat", "block_size": 8}, "block_size"),
+        ({"policy": "page-round", "delta": 16}, "delta"),
+        ({"policy": "full", "window": 8}, "window"),
+        ({"policy": "rift-dyn", "a_max": 64}, "a_max"),
+        ({"policy": "page-round", "pool": "max"}, "pool"),
+        ({"policy": "rift-stat", "snapkv_grow": True}, "snapkv_grow"),
+    ],
+)
+def test_a_field_the_policy_does_not_read_is_refused(fields, field):
+    with pytest.raises(ValueError, match=f"does not read `{field}`.*Drop `{field}`"):
+        RiftConfig(**fields)
+
+
+def test_saved_configs_of_every_policy_load_and_shared_settings_go_where_they_are_read(tmp_path):
+    from rift_hf.config import policy_settings
+
+    for policy in POLICIES:  # the flat JSON holds every field, filled ones included
+        config = RiftConfig(**policy_settings(policy, {"budget": 64, "window": 8, "delta": 16, "block_size": 8}))
+        config.save_pretrained(tmp_path / policy)
+        assert RiftConfig.from_pretrained(tmp_path / policy) == config
+    assert policy_settings("swa", {"budget": 64, "window": 8, "delta": 16}) == {"policy": "swa", "budget": 64}
+    assert policy_settings("rift-dyn", {"window": 8, "delta": 16, "block_size": 8, "n_sink": 2}) == {
+        "policy": "rift-dyn", "window": 8, "delta": 16, "n_sink": 2,
+    }  # fmt: skip
+
+
+def test_training_overrides_no_sampled_policy_reads_are_refused():
+    from rift_hf.training import CompressionSampler
+
+    CompressionSampler(policies=("rift-stat", "rift-dyn"), overrides={"delta": 16, "window": 8})  # rift-dyn reads it
+    with pytest.raises(ValueError, match="No sampled policy .* reads block_size"):
+        CompressionSampler(policies=("rift-stat", "rift-dyn"), overrides={"block_size": 8})

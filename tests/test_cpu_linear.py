@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import rift_hf
+from rift_hf.config import policy_settings
 from rift_hf.cpu import WeightMajorLinear, weight_major_linear
 from tiny import draft_target_pair, make_prompt, tiny_model
 
@@ -94,7 +95,7 @@ def test_assisted_greedy_output_stays_the_targets_own(policy):
     weight_major_linear(draft)
     ids = make_prompt(40, seed=5)
     reference = target.generate(ids, max_new_tokens=24, do_sample=False)
-    config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4}
+    config = policy_settings(policy, {"budget": 16, "window": 4, "delta": 4, "block_size": 4})
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=24, do_sample=False, cache_implementation="rift", cache_config=config
     )

@@ -5,6 +5,7 @@ import torch
 
 import rift_hf
 from rift_hf import POLICIES
+from rift_hf.config import policy_settings
 from rift_hf.generation.decode import generate_from
 from rift_hf.prefill import PromptCache
 from rift_hf.replay import TargetOutput, replay
@@ -51,7 +52,7 @@ def test_reused_prefills_equal_plain_greedy_and_a_fresh_run(pairs, caches, arch,
     ids, prompt_caches = caches
     gen = {"max_new_tokens": NEW, "min_new_tokens": NEW}
     plain = target.generate(ids, do_sample=False, **gen)
-    config = {"policy": policy, **SMALL}
+    config = policy_settings(policy, SMALL)
     fresh = target.generate(
         ids, assistant_model=draft, do_sample=False, cache_implementation="rift", cache_config=config, **gen
     )
@@ -83,7 +84,7 @@ def test_reused_prefill_rounds_equal_replay(pairs, caches):
     ids, prompt_caches = caches
     gen = {"max_new_tokens": NEW, "min_new_tokens": NEW}
     for policy in ("page-round", "rift-dyn", "snapkv"):
-        config = {"policy": policy, **SMALL}
+        config = policy_settings(policy, SMALL)
         out, _ = generate_from(
             target,
             prompt_caches["llama"],
@@ -110,7 +111,7 @@ def test_prompt_cache_saves_and_loads(tmp_path, pairs, caches):
     loaded = PromptCache.load(tmp_path / "p")
     assert torch.equal(loaded.input_ids, ids)
     gen = {"max_new_tokens": NEW, "min_new_tokens": NEW}
-    config = {"policy": "rift-stat", **SMALL}
+    config = policy_settings("rift-stat", SMALL)
     a, _ = generate_from(target, loaded, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
     b, _ = generate_from(
         target, prompt_caches["gemma3"], assistant_model=draft, cache_implementation="rift", cache_config=config, **gen

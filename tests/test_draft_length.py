@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import rift_hf
+from rift_hf.config import policy_settings
 from rift_hf.generation.draft_length import DraftLength, LinearCost
 from tiny import draft_target_pair, make_prompt
 
@@ -103,7 +104,7 @@ def test_auto_draft_length_is_lossless_and_reported(policy):
     ids = make_prompt(40, seed=5)
     gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
     plain = target.generate(ids, **gen)
-    config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4}
+    config = policy_settings(policy, {"budget": 16, "window": 4, "delta": 4, "block_size": 4})
     # A slow target, so that drafting pays and the chosen lengths vary (tiny models alone would draft at a loss).
     handle = target.register_forward_pre_hook(lambda *_: time.sleep(0.05))
     try:
@@ -135,7 +136,7 @@ def test_fixed_draft_length_keeps_transformers_schedule():
     target, draft = draft_target_pair("llama", gamma=6)
     ids = make_prompt(40, seed=5)
     gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
-    config = {"policy": "page-round", "budget": 16, "window": 4, "draft_length": "fixed"}
+    config = policy_settings("page-round", {"budget": 16, "window": 4, "draft_length": "fixed"})
     fixed = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
     lengths = rift_hf.last_stats(target).draft_lengths
     assert torch.equal(fixed, target.generate(ids, **gen)) and lengths[:3] == [6, 6, 6] and 0 not in lengths[:-1]

@@ -6,6 +6,7 @@ from transformers import DynamicCache, StaticCache
 
 import rift_hf
 from rift_hf import POLICIES, RiftCache, RiftConfig
+from rift_hf.config import policy_settings
 from tiny import (
     ARCHITECTURES,
     STATEFUL_ARCHITECTURES,
@@ -72,7 +73,7 @@ def test_greedy_assisted_output_equals_target_greedy(pairs, arch, policy, invari
         max_new_tokens=NEW,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": policy, **SMALL},
+        cache_config=policy_settings(policy, SMALL),
     )
     assert torch.equal(out, reference)
     stats = rift_hf.last_stats(target)
@@ -129,7 +130,7 @@ def test_budget_covering_the_context_matches_full_cache(arch, policy):
     ids = make_prompt(24, seed=5)
     with torch.no_grad():
         expected = _drafter_logits(reference_model, ids, DynamicCache(config=reference_model.config), 8)
-        cache = RiftCache(rift_model.config, {**SMALL, "policy": policy, "budget": 64})
+        cache = RiftCache(rift_model.config, policy_settings(policy, {**SMALL, "budget": 64}))
         got = _drafter_logits(rift_model, ids, cache, 8)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
@@ -140,7 +141,7 @@ def test_stateful_drafter_state_after_rejection_equals_fresh_recompute(arch):
     ids = make_prompt(30, seed=7)
     drafts = make_prompt(4, seed=8)
     # A budget covering the context, so the fresh full-cache recompute is the exact reference for the states.
-    cache = RiftCache(model.config, {"policy": "rift-dyn", "window": 4, "delta": 2, "budget": 64})
+    cache = RiftCache(model.config, policy_settings("rift-dyn", {"window": 4, "delta": 2, "budget": 64}))
     rift_model = model
     rift_model.set_attn_implementation("rift")
     cache.activate_past_recording()
@@ -178,7 +179,7 @@ def test_plain_generate_compresses_own_cache(policy):
         max_new_tokens=12,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={**SMALL, "policy": policy},
+        cache_config=policy_settings(policy, SMALL),
         return_dict_in_generate=True,
     )
     cache = out.past_key_values
@@ -224,7 +225,7 @@ def test_a_fractional_budget_below_the_window_shrinks_the_window(llama_pair):
         max_new_tokens=4,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": "rift-stat", "budget": 0.1, "window": 8},
+        cache_config=policy_settings("rift-stat", {"budget": 0.1, "window": 8}),
     )
     assert torch.equal(out, target.generate(ids, max_new_tokens=4, do_sample=False))
     assert rift_hf.last_stats(target).budget == 4
@@ -339,7 +340,7 @@ def test_target_offloaded_by_accelerate_stays_lossless(tmp_path):
         max_new_tokens=20,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4, "store_device": "cpu"},
+        cache_config=policy_settings("rift-dyn", {"budget": 16, "window": 4, "delta": 4, "store_device": "cpu"}),
     )
     assert torch.equal(out, reference)
 
@@ -378,7 +379,9 @@ def test_attention_mass_log_equals_one_query_at_a_time(monkeypatch, policy):
     monkeypatch.setattr(RiftLayer, "_log_attention_mass", both)
     target, draft = draft_target_pair("llama", GAMMA)
     ids = make_prompt(PROMPT, seed=4)
-    config = {"policy": policy, "budget": 16, "window": 4, "delta": 4, "block_size": 4, "track_attention_mass": True}
+    config = policy_settings(
+        policy, {"budget": 16, "window": 4, "delta": 4, "block_size": 4, "track_attention_mass": True}
+    )
     config["draft_length"] = "fixed"  # every round drafts, so chunks of several queries are measured
     target.generate(ids, assistant_model=draft, max_new_tokens=16, do_sample=False, cache_implementation="rift",
                     cache_config=config)  # fmt: skip
@@ -399,7 +402,7 @@ def test_tokens_ahead_stays_lossless_and_changes_the_selection(pairs, policy):
             max_new_tokens=NEW,
             do_sample=False,
             cache_implementation="rift",
-            cache_config={"policy": policy, **SMALL, "tokens_ahead": ahead},
+            cache_config=policy_settings(policy, {**SMALL, "tokens_ahead": ahead}),
         )
         assert torch.equal(out, reference)
         rounds[ahead] = [r["accepted"] for r in rift_hf.last_stats(target).rounds]

@@ -10,6 +10,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from rift_hf.config import policy_settings
 from rift_hf.kernels import (
     reference,  # noqa: E402
     triton_ops,  # noqa: E402  (interpreted on CPU: see conftest)
@@ -120,7 +121,7 @@ def test_assisted_output_identical_with_triton_scoring(monkeypatch):
     target, draft = draft_target_pair("llama")
     target, draft = target.to(DEVICE), draft.to(DEVICE)
     ids = make_prompt(40, seed=3).to(DEVICE)
-    config = {"policy": "rift-dyn", "budget": 16, "window": 4, "delta": 4, "attend_in_place": True}
+    config = policy_settings("rift-dyn", {"budget": 16, "window": 4, "delta": 4, "attend_in_place": True})
     config["draft_length"] = "fixed"  # every round drafts and rescores
     runs = {}
     calls = []

@@ -6,7 +6,7 @@ import torch
 from benchmarks.oracle_selection import future_queries, oracle_scoring, shifted_scoring, unmasked_scores
 from kernels import pool_scores
 from rift_hf.cache import RiftCache
-from rift_hf.config import RiftConfig
+from rift_hf.config import RiftConfig, policy_settings
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.policies import base as policy_base
 from rift_hf.replay import replay, target_output
@@ -25,12 +25,12 @@ def test_unmasked_scores_are_the_attention_of_later_queries():
 
 def test_oracle_scoring_reads_the_next_queries_and_restores_the_cache():
     target, draft = draft_target_pair("llama", 4)
-    use_rift_attention(draft, RiftConfig(policy="rift-stat", **SMALL))
+    use_rift_attention(draft, RiftConfig(**policy_settings("rift-stat", SMALL)))
     record = target_output(target, make_prompt(40, seed=3), 24)
     future = future_queries(draft, record)
     assert all(q.shape[2] == 64 for q in future.values())
     own = RiftCache.scoring_query, policy_base.snapkv_scores
-    cache = RiftCache(draft.config, RiftConfig(policy="rift-stat", **SMALL))
+    cache = RiftCache(draft.config, RiftConfig(**policy_settings("rift-stat", SMALL)))
     layer = next(iter(future))
     cache.layers[layer].seen = 40
     with oracle_scoring(future, span=8):
@@ -43,7 +43,7 @@ def test_oracle_scoring_reads_the_next_queries_and_restores_the_cache():
 
 def test_the_last_window_of_queries_gives_back_the_policy():
     target, draft = draft_target_pair("llama", 4)
-    config = {"policy": "rift-stat", **SMALL}
+    config = policy_settings("rift-stat", {**SMALL})
     use_rift_attention(draft, RiftConfig(**config))
     record = target_output(target, make_prompt(40, seed=3), 40)
     plain = [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds]
@@ -71,9 +71,11 @@ def test_shifted_scoring_carries_each_score_forward(monkeypatch):
 
 def test_tokens_ahead_replays_as_the_benchmark_shift():
     target, draft = draft_target_pair("llama", 4)
-    use_rift_attention(draft, RiftConfig(policy="rift-dyn", **SMALL))
+    use_rift_attention(draft, RiftConfig(**policy_settings("rift-dyn", SMALL)))
     record = target_output(target, make_prompt(40, seed=3), 40)
     with shifted_scoring(6):
-        shifted = [(r["drafted"], r["accepted"]) for r in replay(draft, record, {"policy": "rift-dyn", **SMALL}).rounds]
-    configured = replay(draft, record, {"policy": "rift-dyn", **SMALL, "tokens_ahead": 6}).rounds
+        shifted = [
+            (r["drafted"], r["accepted"]) for r in replay(draft, record, policy_settings("rift-dyn", {**SMALL})).rounds
+        ]
+    configured = replay(draft, record, policy_settings("rift-dyn", {**SMALL, "tokens_ahead": 6})).rounds
     assert [(r["drafted"], r["accepted"]) for r in configured] == shifted

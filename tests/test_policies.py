@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from rift_hf import RiftConfig
+from rift_hf.config import policy_settings
 from rift_hf.policies import calibrate_thresholds, keep_mask, select_blocks, select_tokens
 from rift_hf.policies.schedules import Adaptive, Signals
 
@@ -226,7 +227,7 @@ def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed()
     target, draft = draft_target_pair("llama", 4)
     ids = make_prompt(60, seed=3)
     reference = target.generate(ids, max_new_tokens=30, do_sample=False)
-    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4, "draft_length": "fixed"}
+    config = policy_settings("page-round", {"budget": 24, "window": 4, "block_size": 4, "draft_length": "fixed"})
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
     )
@@ -244,7 +245,7 @@ def test_page_round_keeps_its_page_summaries_up_to_date_through_rollbacks():
     from tiny import make_prompt, tiny_model
 
     model = tiny_model("llama", attn="rift")
-    config = {"policy": "page-round", "budget": 24, "window": 4, "block_size": 4, "pages_ahead": 2}
+    config = policy_settings("page-round", {"budget": 24, "window": 4, "block_size": 4, "pages_ahead": 2})
     cache = RiftCache(model.config, config)
     cache.activate_past_recording()
     ids = make_prompt(41, seed=2)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rift_hf
+from rift_hf.config import policy_settings
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ def test_smoke_gemma3_self_speculation_is_lossless_and_compresses(gemma, policy)
             min_new_tokens=24,
             do_sample=False,
             cache_implementation="rift",
-            cache_config={"policy": policy, "budget": 0.25, "window": 16, "delta": 8},
+            cache_config=policy_settings(policy, {"budget": 0.25, "window": 16, "delta": 8}),
         )
     assert torch.equal(out, reference)  # fp32: assisted greedy equals plain greedy
     stats = rift_hf.last_stats(target)

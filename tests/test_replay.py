@@ -7,6 +7,7 @@ import torch
 
 import rift_hf
 from rift_hf import POLICIES
+from rift_hf.config import policy_settings
 from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
 from tiny import ARCHITECTURES, draft_target_pair, make_prompt, squeeze
 
@@ -76,7 +77,7 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
         pytest.importorskip("optimum.quanto")
     target, draft = _pair(pairs, arch)
     ids = make_prompt(PROMPT, seed=3)
-    config = {"policy": policy, **SMALL, **fields}
+    config = policy_settings(policy, {**SMALL, **fields})
     record = target_output(target, ids, NEW)
     out, real, real_stats = _real_rounds(target, draft, ids, config)
     assert torch.equal(out, record.sequence)  # lossless, so the cached output is what the real run emitted
@@ -93,7 +94,7 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
 def test_replay_is_exact_in_float64(pairs, policy):
     target, draft = _pair(pairs, "gemma3", torch.float64)
     ids = make_prompt(PROMPT, seed=11)
-    config = {"policy": policy, **SMALL}
+    config = policy_settings(policy, SMALL)
     record = target_output(target, ids, NEW)
     _, real, _ = _real_rounds(target, draft, ids, config)
     assert [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds] == real
@@ -104,7 +105,7 @@ def test_replay_heuristic_schedule_and_length_limit(pairs):
     ids = make_prompt(PROMPT, seed=4)
     draft.generation_config.num_assistant_tokens_schedule = "heuristic"
     try:
-        config = {"policy": "rift-stat", **SMALL}
+        config = policy_settings("rift-stat", SMALL)
         record = target_output(target, ids, NEW)
         _, real, _ = _real_rounds(target, draft, ids, config)
         # `heuristic` is persisted into the drafter's config by the real run: replay starts from the same gamma.
@@ -120,7 +121,7 @@ def test_replay_heuristic_schedule_and_length_limit(pairs):
 def test_replay_with_eos_held_back_and_an_eos_in_the_output(pairs):
     target, draft = _pair(pairs, "qwen2")
     ids = make_prompt(PROMPT, seed=5)
-    config = {"policy": "rift-dyn", **SMALL}
+    config = policy_settings("rift-dyn", SMALL)
     plain = target.generate(ids, max_new_tokens=NEW, do_sample=False)
     # Make a token the target emits mid-output its EOS: with min_new_tokens it is held back in target and drafter.
     eos = int(plain[0, PROMPT + NEW // 2])
@@ -183,7 +184,7 @@ def test_pad_token_in_the_output_is_masked_as_the_real_loop_masks_it(pairs):
     # must feed the same mask (a stateful drafter makes any difference visible in later rounds).
     target, draft = _pair(pairs, "lfm2")
     ids = make_prompt(PROMPT, seed=3)
-    config = {"policy": "rift-stat-block", **SMALL}
+    config = policy_settings("rift-stat-block", SMALL)
     record = target_output(target, ids, NEW)
     assert bool((record.output_ids == target.generation_config.pad_token_id).any())
     _, real, _ = _real_rounds(target, draft, ids, config)
@@ -282,7 +283,7 @@ def test_a_shared_prefill_gives_the_rounds_of_real_runs(pairs, arch):
     prefill = capture_prefill(draft, record, window=SMALL["window"])
     assert prefill is not None
     for policy in POLICIES:
-        config = {"policy": policy, **SMALL}
+        config = policy_settings(policy, SMALL)
         _, real, real_stats = _real_rounds(target, draft, ids, config)
         stats = replay(draft, record, config, prefill=prefill)
         assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real, policy
@@ -298,7 +299,7 @@ def test_a_shared_prefill_measures_the_attention_mass_of_real_runs(pairs, policy
     record = target_output(target, ids, NEW)
     draft.set_attn_implementation("rift")
     prefill = capture_prefill(draft, record, window=SMALL["window"])
-    config = {"policy": policy, **SMALL, "track_attention_mass": True}
+    config = policy_settings(policy, {**SMALL, "track_attention_mass": True})
     _, real, real_stats = _real_rounds(target, draft, ids, config)
     stats = replay(draft, record, config, prefill=prefill)
     assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real

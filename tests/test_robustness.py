@@ -8,6 +8,7 @@ import torch
 
 import rift_hf
 from rift_hf import POLICIES, RiftCache, RiftConfig
+from rift_hf.config import policy_settings
 from rift_hf.generation import patches
 from tiny import attended_rows, draft_target_pair, make_prompt, pin_drafting, tiny_model
 
@@ -38,7 +39,7 @@ def test_hybrid_drafters_take_one_and_two_token_prompts(pairs, arch, policy, len
     target, draft = _pair(pairs, arch)
     ids = make_prompt(length, seed=1)
     reference = target.generate(ids, max_new_tokens=12, do_sample=False)
-    config = {"policy": policy, **SMALL, "budget": 0.5}  # a fraction: the window shrinks to the tiny budget
+    config = policy_settings(policy, {**SMALL, "budget": 0.5})  # a fraction: the window shrinks to the tiny budget
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=12, do_sample=False, cache_implementation="rift", cache_config=config
     )
@@ -56,7 +57,9 @@ def test_prompt_cache_compressed_before_the_targets_prefill_when_round_one_draft
             max_new_tokens=6,
             do_sample=False,
             cache_implementation="rift",
-            cache_config={"policy": "rift-stat", **SMALL, "draft_length": "fixed"},  # every round drafts one token
+            cache_config=policy_settings(
+                "rift-stat", {**SMALL, "draft_length": "fixed"}
+            ),  # every round drafts one token
         )
     finally:
         pin_drafting(draft, 4)
@@ -72,7 +75,12 @@ def test_drafting_without_a_drafter_model_is_refused_and_stats_are_not_stale(pai
     target, draft = _pair(pairs, "llama")
     ids = make_prompt(30, seed=3)
     target.generate(
-        ids, assistant_model=draft, max_new_tokens=8, do_sample=False, cache_implementation="rift", cache_config=SMALL
+        ids,
+        assistant_model=draft,
+        max_new_tokens=8,
+        do_sample=False,
+        cache_implementation="rift",
+        cache_config=policy_settings("page-round", SMALL),
     )
     assert rift_hf.last_stats(target) is not None
     calls, handle = _count_forwards(target)
@@ -89,9 +97,9 @@ def test_stats_of_plain_rift_generation_are_fresh(pairs):
     target, draft = _pair(pairs, "llama")
     ids = make_prompt(30, seed=3)
     kwargs = {"max_new_tokens": 8, "do_sample": False, "cache_implementation": "rift"}
-    target.generate(ids, assistant_model=draft, cache_config=SMALL, **kwargs)
+    target.generate(ids, assistant_model=draft, cache_config=policy_settings("page-round", SMALL), **kwargs)
     first = rift_hf.last_stats(target)
-    target.generate(ids, cache_config={**SMALL, "policy": "swa"}, **kwargs)
+    target.generate(ids, cache_config=policy_settings("swa", SMALL), **kwargs)
     assert rift_hf.last_stats(target) is not first and rift_hf.last_stats(target).policy == "swa"
 
 
@@ -153,7 +161,7 @@ def test_a_rift_cache_as_the_targets_past_key_values_is_refused_up_front(pairs):
                 assistant_model=draft,
                 max_new_tokens=8,
                 do_sample=False,
-                past_key_values=RiftCache(target.config, SMALL),
+                past_key_values=RiftCache(target.config, policy_settings("page-round", SMALL)),
             )
     finally:
         handle.remove()
@@ -166,7 +174,12 @@ def test_left_padding_is_refused(pairs):
     mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 30, dtype=torch.long)], dim=1)
     with pytest.raises(ValueError, match="padding"):
         target.generate(
-            ids, attention_mask=mask, max_new_tokens=8, do_sample=False, cache_implementation="rift", cache_config=SMALL
+            ids,
+            attention_mask=mask,
+            max_new_tokens=8,
+            do_sample=False,
+            cache_implementation="rift",
+            cache_config=policy_settings("page-round", SMALL),
         )
 
 
@@ -183,7 +196,7 @@ def test_beams_and_return_sequences_are_named_before_any_forward(pairs, field):
                 make_prompt(20, seed=7),
                 max_new_tokens=8,
                 cache_implementation="rift",
-                cache_config=SMALL,
+                cache_config=policy_settings("page-round", SMALL),
                 **kwargs,
             )
     finally:
@@ -219,7 +232,7 @@ def test_lifting_the_stateful_refusal_does_not_touch_the_shared_target(monkeypat
 @pytest.mark.parametrize("policy", ["snapkv", "rift-stat", "rift-stat-block"])
 def test_the_budget_is_used_on_prompts_shorter_than_it(policy):
     model = tiny_model("llama", seed=9, attn="rift")
-    cache = RiftCache(model.config, {**SMALL, "policy": policy, "budget": 32, "window": 4, "block_size": 4})
+    cache = RiftCache(model.config, policy_settings(policy, {**SMALL, "budget": 32, "window": 4, "block_size": 4}))
     model.generate(make_prompt(10, seed=9), past_key_values=cache, max_new_tokens=60, do_sample=False)
     # The budget plus the last token written, which is settled when the next forward starts.
     assert cache.stored_tokens() == [32 + 1] * len(cache.rift_layers)
@@ -253,7 +266,7 @@ def test_random_cases_stay_lossless_and_bounded(monkeypatch):
         target, draft = models[arch]
         pin_drafting(draft, gamma)
         draft.generation_config.num_assistant_tokens_schedule = schedule
-        config = {"policy": policy, "budget": budget, "window": 4, "delta": 4, "block_size": 4, "n_sink": 1}
+        config = policy_settings(policy, {"budget": budget, "window": 4, "delta": 4, "block_size": 4, "n_sink": 1})
         config["draft_length"] = "fixed"  # the schedule drawn above (the cost-aware length has its own tests)
         ids = make_prompt(length, seed=rng.randrange(100))
         reference = target.generate(ids, max_new_tokens=20, do_sample=False)
@@ -361,7 +374,9 @@ def test_a_scoring_rift_cache_on_a_model_without_the_rift_backend_is_refused_bef
     calls, handle = _count_forwards(model)
     try:
         with pytest.raises(ValueError, match="set_attn_implementation\\('rift'\\)"):
-            model.generate(make_prompt(20), past_key_values=RiftCache(model.config, {"policy": "rift-stat", **SMALL}))
+            model.generate(
+                make_prompt(20), past_key_values=RiftCache(model.config, policy_settings("rift-stat", SMALL))
+            )
     finally:
         handle.remove()
     assert calls == []
@@ -392,7 +407,9 @@ def test_last_stats_are_kept_per_thread(pairs):
                     max_new_tokens=12,
                     do_sample=False,
                     cache_implementation="rift",
-                    cache_config={"policy": policy, **SMALL},  # auto draft length: the drafter's forwards are timed
+                    cache_config=policy_settings(
+                        policy, {**SMALL}
+                    ),  # auto draft length: the drafter's forwards are timed
                 )
                 seen[policy] = rift_hf.last_stats(target).policy
         except Exception as err:  # a thread's error would otherwise only be a warning
@@ -446,7 +463,7 @@ def test_sliding_layers_hold_their_window_from_the_first_draft_on(pairs, monkeyp
         return out
 
     monkeypatch.setattr(RiftCache, "update", update)
-    config = {"policy": policy, **SMALL, "draft_length": "fixed"}
+    config = policy_settings(policy, {**SMALL, "draft_length": "fixed"})
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=16, do_sample=False, cache_implementation="rift", cache_config=config
     )

@@ -6,6 +6,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import rift_hf
 from rift_hf import RiftCache, RiftConfig, SelectionHead
+from rift_hf.config import policy_settings
 from rift_hf.training import head_examples, head_recall, train_selection_head
 from rift_hf.training.head import forward_seconds
 from rift_hf.training.selection import selection_recall
@@ -82,7 +83,7 @@ def prefill_selection(model, ids, config):
 def test_an_identity_head_selects_as_plain_scoring_and_a_trained_one_differently(tmp_path):
     model = tiny_model("llama", seed=2, attn="rift")
     ids = make_prompt(40, seed=5)
-    config = {"policy": "rift-stat", **SMALL}
+    config = policy_settings("rift-stat", SMALL)
     plain = prefill_selection(model, ids, config)
     SelectionHead.for_model(model.config).save(tmp_path / "identity.safetensors")
     same = prefill_selection(model, ids, {**config, "selection_head": str(tmp_path / "identity.safetensors")})
@@ -99,7 +100,7 @@ def test_assisted_output_with_a_head_equals_target_greedy(tmp_path, arch, policy
     path = random_head(draft, spread=3.0).save(tmp_path)
     ids = make_prompt(40, seed=3)
     reference = target.generate(ids, max_new_tokens=32, do_sample=False)
-    config = {"policy": policy, **SMALL, "block_size": 4, "selection_head": str(path)}
+    config = policy_settings(policy, {**SMALL, "block_size": 4, "selection_head": str(path)})
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=32, do_sample=False, cache_implementation="rift", cache_config=config
     )

@@ -7,6 +7,7 @@ from transformers import DynamicCache
 import rift_hf
 from rift_hf import RiftCache
 from rift_hf.cache import RiftStateLayer
+from rift_hf.config import policy_settings
 from tiny import STATEFUL_TARGETS, make_prompt, perturbed_copy, pin_drafting, tiny_model
 
 CONFIG = {"budget": 16, "window": 4, "delta": 4, "draft_length": "fixed"}  # rounds are compared
@@ -41,7 +42,7 @@ def test_stateful_target_output_equals_its_greedy_output(arch, drafter, policy):
         max_new_tokens=24,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": policy, **CONFIG},
+        cache_config=policy_settings(policy, CONFIG),
     )
     assert torch.equal(out, reference)
     accepted = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
@@ -72,7 +73,7 @@ def test_target_states_after_each_round_equal_a_fresh_recompute(arch, monkeypatc
         max_new_tokens=24,
         do_sample=False,
         cache_implementation="rift",
-        cache_config={"policy": "swa", **CONFIG},
+        cache_config=policy_settings("swa", CONFIG),
     )
     assert len(rounds) >= 3
     for length, states in rounds:

@@ -7,6 +7,7 @@ import torch
 from transformers import TrainingArguments
 
 from rift_hf import POLICIES, RiftCache
+from rift_hf.config import policy_settings
 from rift_hf.training import (
     CompressionSampler,
     RiftDistillationTrainer,
@@ -34,7 +35,7 @@ CONFIG = {
 def test_masked_forward_equals_inference_with_the_compressed_cache(arch, policy):
     model = tiny_model(arch, seed=3, attn="rift")
     ids, boundary = make_prompt(48, seed=4), 30
-    config = {"policy": policy, **CONFIG}
+    config = policy_settings(policy, CONFIG)
     masks = compressed_attention_masks(model, ids, boundary, config)
     with torch.no_grad():
         cache = RiftCache(model.config, config)
@@ -200,7 +201,7 @@ def test_trainer_distils_from_a_cached_top_k_target_teacher(tmp_path):
 def test_fast_masks_equal_the_forward_per_position(arch, policy):
     model = tiny_model(arch, seed=6, attn="rift")
     ids = make_prompt(56, seed=7)
-    config = {"policy": policy, **CONFIG}
+    config = policy_settings(policy, CONFIG)
     fast = compressed_attention_masks(model, ids, 33, config)
     slow = compressed_attention_masks(model, ids, 33, config, fast=False)
     assert fast.keys() == slow.keys()

@@ -69,6 +69,10 @@ class Policy:
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
+        params: the `RiftConfig` fields of its own this policy reads (beside the common ones: budget, rho, n_sink,
+            tokens_ahead, storage and drafting fields, each checked on its own). A field some other policy reads,
+            set away from its default for a policy that does not list it, is refused (`RiftConfig`), so a setting
+            never silently does nothing.
     """
 
     name: ClassVar[str] = ""
@@ -83,6 +87,7 @@ class Policy:
     stacks_layers: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
     store_dtype: ClassVar[str | None] = None
+    params: ClassVar[frozenset[str]] = frozenset({"window", "pool", "pool_kernel"})
 
     def __init__(self, config: RiftConfig):
         self.config = config

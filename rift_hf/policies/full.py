@@ -10,6 +10,7 @@ from .base import Policy, register
 @register
 class Full(Policy):
     name = "full"
+    params = frozenset()
     compresses = False
     scored = False
 

@@ -22,6 +22,7 @@ class PageAhead(RiftStaticBlock):
     """Whole pages like rift-stat-block (so the budget splits into whole pages and a window), chosen per KV head."""
 
     name = "page-ahead"
+    params = frozenset({"window", "pool", "pool_kernel", "block_size", "pages_ahead", "delta"})
     keeps_store = True
     rho = 0.25
     pages_ahead = 1

@@ -28,6 +28,7 @@ class PageRetrieval(RiftStaticBlock):
     """Budget laid out like rift-stat-block (sinks, whole pages, a window); the pages are chosen per query."""
 
     name = "page-retrieval"
+    params = frozenset({"window", "block_size"})
     retrieves = True
     rho = 0.125
     block_size = 8

@@ -28,6 +28,7 @@ class PageRound(PageRetrieval):
     at every commit from the newest query."""
 
     name = "page-round"
+    params = frozenset({"window", "block_size", "pages_ahead"})
     retrieves = False
     keeps_store = True
     summarises_pages = True

@@ -9,6 +9,20 @@ from .schedules import Adaptive
 @register
 class RiftAdaptive(Policy):
     name = "rift-ada"
+    params = frozenset(
+        {
+            "window",
+            "pool",
+            "pool_kernel",
+            "check_interval",
+            "a_min",
+            "a_max",
+            "al_alpha",
+            "al_threshold",
+            "entropy_threshold",
+            "drift_threshold",
+        }
+    )
     keeps_store = True
 
     def schedule(self):

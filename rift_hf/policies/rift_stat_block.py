@@ -10,6 +10,7 @@ from .selection import select_blocks
 @register
 class RiftStaticBlock(Policy):
     name = "rift-stat-block"
+    params = frozenset({"window", "pool", "pool_kernel", "block_size"})
 
     def round_budget(self, budget: int) -> int:
         n_sink, block = self.config.n_sink, self.config.block_size

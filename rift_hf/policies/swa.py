@@ -8,5 +8,6 @@ from .base import Policy, register
 @register
 class SlidingWindow(Policy):
     name = "swa"
+    params = frozenset()
     scored = False
     rho = 1.0

@@ -21,7 +21,8 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback
 
-from ..config import RiftConfig
+from ..config import RiftConfig, policy_fields, policy_settings
+from ..policies import policy_class
 from .masks import compressed_attention_masks, masked_attention
 from .selection import alignment_loss, captured_attention
 
@@ -56,8 +57,14 @@ class CompressionSampler:
                 raise ValueError(f"`{name}` must be a range (lo, hi) with 0 < lo <= hi < 1, got {(lo, hi)}.")
         if not 0.0 <= self.unmasked_rate <= 1.0:
             raise ValueError(f"`unmasked_rate` must lie in [0, 1], got {self.unmasked_rate}.")
-        for policy in self.policies:
-            RiftConfig(policy=policy, **self.overrides)  # validates names and fields now, not mid-training
+        for policy in self.policies:  # validates names and fields now, not mid-training
+            RiftConfig(**policy_settings(policy, self.overrides))
+        unread = set(self.overrides) & policy_fields() - {f for p in self.policies for f in policy_class(p).params}
+        if unread:
+            raise ValueError(
+                f"No sampled policy ({', '.join(self.policies)}) reads {', '.join(sorted(unread))}; drop it from "
+                "`overrides`, or sample a policy that does."
+            )
         self._rng = random.Random(self.seed)
 
     def sample(self) -> tuple[float, RiftConfig | None]:
@@ -66,7 +73,9 @@ class CompressionSampler:
             self.current = (boundary, None)
         else:
             policy = self._rng.choice(self.policies)
-            config = RiftConfig(policy=policy, budget=self._rng.uniform(*self.budget), **self.overrides)
+            config = RiftConfig(
+                **policy_settings(policy, {"budget": self._rng.uniform(*self.budget), **self.overrides})
+            )
             self.current = (boundary, config)
         return self.current
 
@@ -179,7 +188,7 @@ class RiftDistillationTrainer(Trainer):
             from ..generation.candidate import use_rift_attention
 
             # The loss reads the queries and keys the "rift" backend sees; rift-stat needs that backend too.
-            use_rift_attention(self.model, RiftConfig(policy="rift-stat", **sampler.overrides))
+            use_rift_attention(self.model, RiftConfig(**policy_settings("rift-stat", sampler.overrides)))
         if teacher is not None:
             teacher.eval().requires_grad_(False)
 
@@ -214,7 +223,7 @@ class RiftDistillationTrainer(Trainer):
                 )
             with masked_attention(masks), captured_attention() as captured:
                 student = model(ids).logits[0]
-            shape = RiftConfig(**self.sampler.overrides)
+            shape = RiftConfig(**policy_settings("rift-stat", self.sampler.overrides))  # the scorer's settings
             aligned = alignment_loss(
                 captured, inputs["future_attention"][index], boundary, shape.window, shape.n_sink, shape.pool,
                 shape.pool_kernel,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import RiftConfig
+from ..config import RiftConfig, policy_settings
 
 TRAIN_MODULES = (
     "email.message",
@@ -258,7 +258,7 @@ def run(
     draft = load_model(draft_spec, torch.float32)
     generation = copy.deepcopy(draft.generation_config)  # replay fixes the draft length on it; saved as loaded
     evaluated = {"full": None} | {
-        f"{policy} {c:g}x": {"policy": policy, "budget": 1.0 / c, "window": window, "delta": delta}
+        f"{policy} {c:g}x": policy_settings(policy, {"budget": 1.0 / c, "window": window, "delta": delta})
         for c in compressions
     }
 
