@@ -96,7 +96,7 @@ draft.generation_config.num_assistant_tokens = 4
 draft.generation_config.num_assistant_tokens_schedule = "constant"
 ids = torch.randint(0, 96, (1, 120), generator=torch.Generator().manual_seed(3))
 plain = target.generate(ids, max_new_tokens=16, do_sample=False)
-config = policy_settings("page-round", {"budget": 32, "window": 4, "block_size": 4, "delta": 4})
+config = {"policy": "page-round", "budget": 32, "window": 4, "block_size": 4}
 out = target.generate(ids, assistant_model=draft, max_new_tokens=16, do_sample=False, custom_generate=sys.argv[1],
                       trust_remote_code=True, cache_config=config)
 assert torch.equal(out, plain), "custom_generate changed the greedy output"

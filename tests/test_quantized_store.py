@@ -6,6 +6,7 @@ from transformers import LlamaConfig
 
 import rift_hf
 from rift_hf import RiftCache, RiftConfig
+from rift_hf.config import policy_settings
 from rift_hf.storage import QuantizedRows
 from tiny import draft_target_pair, make_prompt
 
@@ -87,18 +88,9 @@ def _assisted_and_greedy(policy: str, **fields):
     target, draft = draft_target_pair("llama", 4)
     ids = make_prompt(60, seed=3)
     reference = target.generate(ids, max_new_tokens=30, do_sample=False)
-    config = {
-        "policy": policy,
-        "budget": 16,
-        "window": 4,
-        "delta": 4,
-        "block_size": 4,
-        "a_min": 4,
-        "a_max": 12,
-        "check_interval": 2,
-        "draft_length": "fixed",  # draft every round, so the store is rescored (tiny models draft at a loss)
-        **fields,
-    }
+    settings = {"budget": 16, "window": 4, "delta": 4, "block_size": 4, "a_min": 4, "a_max": 12, "check_interval": 2}
+    # draft every round, so the store is rescored (tiny models draft at a loss)
+    config = {**policy_settings(policy, settings), "draft_length": "fixed", **fields}
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
     )
