@@ -8,7 +8,8 @@
 #    step with a full cache against RIFT caches at 4K..128K inputs (Qwen2.5-Coder-0.5B shapes, random weights);
 #    PARTS (default: all) picks its parts;
 # 3. `python -m benchmarks.step --random-weights`: decode step per policy and budget, the assisted loop's ms per
-#    drafted token, and whether a rift decode step can be captured in a CUDA graph.
+#    drafted token, and whether a rift decode step can be captured in a CUDA graph; then its `compiled` part, eager vs
+#    compiled (`compile=True`) drafter steps at 4K and 32K inputs.
 # Real checkpoints are not needed (none of this measures acceptance). Wheels found in .whl/ (git-ignored; carry it)
 # are installed into /tmp/site first, for an image with another transformers (the 2026-11-30 image had 5.17):
 #   P="--python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64"
@@ -63,3 +64,8 @@ timeout ${STEP_LIMIT:-240} $PY -m benchmarks.step --random-weights --out "$OUT/s
 echo "benchmarks.step exit: ${PIPESTATUS[0]}" | tee -a "$OUT/step.log"
 # The CUDA-graph capture in its own process: a failed capture must not disturb the timings above.
 timeout 60 $PY -m benchmarks.step --random-weights --out "$OUT/step-gpu.json" --parts graph 2>&1 | tee -a "$OUT/step.log"
+# Compiled drafting (`compile=True`, CUDA graphs): an eager and a compiled drafter step in turn from one prefill, in
+# its own process (a failed capture must not cost the parts above).
+timeout ${COMPILED_LIMIT:-240} $PY -m benchmarks.step --random-weights --out "$OUT/step-gpu-compiled.json" --steps 64 \
+    --inputs 4096,32768 --budgets 1024 --parts compiled 2>&1 | tee "$OUT/compiled.log"
+echo "benchmarks.step compiled exit: ${PIPESTATUS[0]}" | tee -a "$OUT/compiled.log"

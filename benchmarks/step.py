@@ -18,6 +18,9 @@ Parts, all in one process so that ratios compare like with like:
 - `refresh` (not in the default parts): for the policies of `--policies` whose refresh chooses every layer's pages
   in one stacked call (`Policy.stacks_layers`, page-round), ms per refresh that way and one call per layer,
   alternating in one decode run at each input length and budget;
+- `compiled` (not in the default parts): for the policies of `--compiled-policies`, a drafter step eager and
+  compiled (`compile=True`) at each input length and budget, one step of each in turn on two caches made from one
+  prefill (`compiled_over_eager`; the compilation is left out and reported as `warmup_seconds`);
 - `graph` (CUDA only): whether the decode step with a rift cache can be captured in a CUDA graph.
 
 Records (`policy`, `input_tokens`, `budget`, `ms_per_step`, `mode`) go to `benchmarks/results/step-<device>.json`
@@ -177,6 +180,53 @@ def run_policy(model, prefill, length, policy, budget, args, device, baseline: B
         "rescore_ms_total": 1e3 * decode_rescore,
         "rescore_share": decode_rescore / sum(times),
         "kv_bytes": cache.kv_bytes(),
+    }
+
+
+def run_compiled(model, prefill, length, policy, budget, args, device) -> dict:
+    """
+    Eager vs compiled drafter steps (`compile=True`, `rift_hf.generation.compiled`) on two caches made from the same
+    prefill, one step of each in turn (so both see the same load); the warm-up steps, compilation included, untimed.
+    """
+    from rift_hf.generation.compiled import CompiledDrafting
+
+    caches, tokens = [], []
+    for _ in range(2):
+        cache = rift_hf.RiftCache(model.config, {**policy_config(policy, budget, args), "compile": True})
+        with torch.no_grad():
+            load_prefill(cache, prefill)
+            cache.get_mask_sizes(1, 0)  # the first selection
+        caches.append(cache)
+        tokens.append(prefill.logits[-1:].argmax(-1)[None])
+    times: dict[str, list[float]] = {"eager": [], "compiled": []}
+    warmup = 3
+    with torch.no_grad(), CompiledDrafting(model, caches[1]) as drafting:
+        tick = time.perf_counter()
+        for i in range(warmup + args.steps):
+            for way, cache in zip(("eager", "compiled"), caches, strict=True):
+                index = 0 if way == "eager" else 1
+                _sync(device)
+                start = time.perf_counter()
+                tokens[index] = _greedy_step(model, cache, tokens[index], length + i, device)
+                _sync(device)
+                if i >= warmup:
+                    times[way].append(time.perf_counter() - start)
+            if i == warmup - 1:
+                warm_s = time.perf_counter() - tick
+    eager, compiled = (statistics.median(times[w]) for w in ("eager", "compiled"))
+    return {
+        "policy": policy,
+        "input_tokens": length,
+        "budget": budget,
+        "mode": "compiled",
+        **_times(times["compiled"]),
+        "eager_ms_per_step": 1e3 * eager,
+        "compiled_over_eager": compiled / eager,
+        "compiled_steps": drafting.steps,
+        "eager_fallbacks": drafting.eager,
+        "compiles": drafting.compiles,
+        "warmup_seconds": warm_s,
+        "same_tokens": bool(torch.equal(tokens[0], tokens[1])),
     }
 
 
@@ -463,6 +513,18 @@ def markdown(result: dict) -> str:
         headers = ["policy", "input", "budget", "layers", "stacked ms", "per-layer ms", "speed-up", "refreshes"]
         lines.append(pipe_table(headers, rows))
         lines.append("")
+    compiled = [r for r in records if r["mode"] == "compiled"]
+    if compiled:
+        lines += ["A drafter step eager and compiled (`compile=True`), one of each in turn from one prefill:", ""]
+        rows = [
+            [r["policy"], r["input_tokens"], r["budget"], f"{r['eager_ms_per_step']:.1f}", f"{r['ms_median']:.1f}",
+             f"{r['compiled_over_eager']:.3f}", f"{r['warmup_seconds']:.0f}", "yes" if r["same_tokens"] else "no"]
+            for r in sorted(compiled, key=lambda r: (r["policy"], r["input_tokens"], r["budget"]))
+        ]  # fmt: skip
+        headers = ["policy", "input", "budget", "eager ms", "compiled ms", "compiled / eager", "warm-up s",
+                   "same tokens"]  # fmt: skip
+        lines.append(pipe_table(headers, rows))
+        lines.append("")
     assisted = [r for r in records if r["mode"] == "assisted"]
     if assisted:
         lines += [
@@ -531,6 +593,9 @@ def main(argv=None) -> None:
         "--assisted-tokens", type=int, default=160, help="new tokens per assisted run (> delta, so rift-dyn rescores)"
     )
     parser.add_argument("--parts", default="full,plain,assisted,target,graph", help="which parts to run")
+    parser.add_argument(
+        "--compiled-policies", default="rift-stat,page-round", help="policies of the compiled part (eager vs compiled)"
+    )
     parser.add_argument("--target-inputs", type=ints, default=[4096], help="input lengths, target part")
     parser.add_argument("--target-steps", type=int, default=8, help="timed forwards per record, target part")
     parser.add_argument("--gamma", type=int, default=8, help="drafted tokens per round (constant), assisted part")
@@ -635,7 +700,7 @@ def main(argv=None) -> None:
     policies = cli.split_labels(args.policies)
     # One prompt forward per input length, shared by every cache of that length; each full-cache context reads the
     # first tokens of the shortest prefill that covers it (a causal model's states do not depend on later tokens).
-    plain_lengths = args.inputs if parts & {"plain", "refresh"} else []
+    plain_lengths = args.inputs if parts & {"plain", "refresh", "compiled"} else []
     full_contexts = args.contexts if "full" in parts else []
     lengths = sorted(set(plain_lengths) | ({max(full_contexts)} if full_contexts else set()))
     for length in tqdm(lengths, desc="prefills"):
@@ -647,12 +712,12 @@ def main(argv=None) -> None:
         ]
         todo = [
             (mode, p, b)
-            for mode in ("plain", "refresh")
+            for mode in ("plain", "refresh", "compiled")
             if mode in parts
-            for p in policies
+            for p in (cli.split_labels(args.compiled_policies) if mode == "compiled" else policies)
             for b in args.budgets
             if length in plain_lengths and b < length and (mode, p, length, b, None) not in done
-            and (mode == "plain" or stacks_layers(p, b, args))
+            and (mode != "refresh" or stacks_layers(p, b, args))
         ]  # fmt: skip
         if not todo_full and not todo:
             continue
@@ -662,6 +727,8 @@ def main(argv=None) -> None:
         for mode, policy, budget in todo:
             if mode == "plain":
                 save(run_policy(model, prefill, length, policy, budget, args, device, baseline))
+            elif mode == "compiled":
+                save(run_compiled(model, prefill, length, policy, budget, args, device))
             else:
                 save(run_refresh(model, prefill, length, policy, budget, args, device))
         del prefill

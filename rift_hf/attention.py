@@ -99,6 +99,14 @@ def rift_attention_forward(
     """The `AttentionInterface` signature; returns `([B, L, H_q, D], None)`."""
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     sinks = kwargs.get("s_aux")
+    if torch.compiler.is_compiling():
+        # A compiled drafting step (`rift_hf.generation.compiled`): the cache is a fixed-size view and the mask comes
+        # with it; the queries go back to the step in `rift_queries` when the policy records them.
+        queries = kwargs.get("rift_queries")
+        if queries is not None:
+            queries[module.layer_idx] = query
+        out = attend(query, key, value, attention_mask, scale, sinks, kwargs.get("softcap"), dropout)
+        return out.transpose(1, 2).contiguous(), None
     layer = ACTIVE_LAYER.get()
     if layer is not None and key is layer.returned_keys:
         ACTIVE_LAYER.set(None)

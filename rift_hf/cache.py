@@ -577,13 +577,18 @@ class RiftCache(Cache):
         return [layer.stored for layer in self.rift_layers]
 
     def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
-        # A forward is starting. If everything stored is verified (plain generation, or the previous forward fed only
-        # verified tokens: the prompt, or a round's re-fed tokens), settle it now, before the mask is sized, so that
-        # every compressed layer reports the same size to it and drafting starts from the budget.
+        self.begin_forward()
+        return super().get_mask_sizes(query_length, layer_idx)
+
+    def begin_forward(self) -> None:
+        """
+        A forward is starting. If everything stored is verified (plain generation, or the previous forward fed only
+        verified tokens: the prompt, or a round's re-fed tokens), settle it now, before the mask is sized, so that
+        every compressed layer reports the same size to it and drafting starts from the budget.
+        """
         if not self.record_past or self._verified_forward_done:
             self._verified_forward_done = False
             self._commit()
-        return super().get_mask_sizes(query_length, layer_idx)
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         layer = self.layers[layer_idx]

@@ -118,6 +118,12 @@ class RiftConfig:
             per draft position; up to the drafter's `num_assistant_tokens`), and lets the target decode alone when no
             length beats it (`rift_hf.generation.draft_length`); `"fixed"` keeps transformers' schedule
             (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as acceptance measurements need.
+        compile (`bool`, defaults to `False`): in assisted generation, draft through a `torch.compile`d one-token
+            step over the fixed-size working set (`rift_hf.generation.compiled`; inductor on a CPU, CUDA graphs on
+            a GPU); the round's first forward, commits and refreshes stay eager. For the policies whose working set
+            has a fixed size (not `full`, `page-retrieval`, `snapkv_grow`), without `kv_dtype`, `attend_in_place` or
+            `track_attention_mass`, and drafters whose every layer is full attention. The first step compiles (tens
+            of seconds); later steps, rounds and calls on the same drafter replay it.
 
     Example:
 
@@ -158,6 +164,7 @@ class RiftConfig:
     kv_equal_bytes: bool | str = False
     selection_head: str | None = None
     draft_length: str = "auto"
+    compile: bool = False
 
     def __post_init__(self):
         for item in dataclasses.fields(self):  # numpy (or other) scalars are numbers like Python's own
@@ -224,7 +231,7 @@ class RiftConfig:
                 f"`kv_equal_bytes` must be True, False or one of {', '.join(EQUAL_BYTES_DTYPES)} (count the budget's "
                 f"bytes as if the model ran in that dtype), got {self.kv_equal_bytes!r}."
             )
-        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place"):
+        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.selection_head is not None:
@@ -277,8 +284,28 @@ class RiftConfig:
         if not 0.0 < self.al_alpha <= 1.0:
             raise ValueError(f"`al_alpha` must lie in (0, 1], got {self.al_alpha}.")
         self._check_policy_fields()
+        if self.compile:
+            self._check_compile()
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
+
+    def _check_compile(self) -> None:
+        """`compile=True` needs a working set of fixed size that the compiled step can read and write as it is."""
+        chosen = policy_class(self.policy)
+        reasons = [
+            (not chosen.compresses, f"policy {self.policy!r} keeps every token (its cache grows each step)"),
+            (chosen.retrieves, f"policy {self.policy!r} attends rows retrieved per query"),
+            (self.snapkv_grow, "`snapkv_grow` appends every generated token"),
+            (self.kv_dtype is not None, "a quantised selection (`kv_dtype`) is dequantised at each step"),
+            (self.attend_in_place, "`attend_in_place` attends the store through the Triton kernel"),
+            (self.track_attention_mass, "`track_attention_mass` measures every step against the full store"),
+        ]
+        for refused, why in reasons:
+            if refused:
+                raise ValueError(
+                    f"compile=True needs a fixed-size working set, but {why}. Drop compile=True, or use a policy "
+                    "such as 'page-round', 'rift-stat' or 'swa' without that option."
+                )
 
     def _check_policy_fields(self) -> None:
         """Refuse a field some policy reads, set away from its default for this policy, which does not read it."""

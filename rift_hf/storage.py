@@ -47,9 +47,9 @@ class Rows:
         batch, heads, dim = self.shape
         self.capacity = max(1, capacity)
         self.length = 0
-        if with_kv:
-            self.keys = torch.empty(batch, heads, self.capacity, dim, dtype=self.dtype, device=self.device)
-            self.values = torch.empty_like(self.keys) if self.with_values else None
+        if with_kv:  # zeros: a compiled drafting step reads (masked) rows past the used ones, which must be finite
+            self.keys = torch.zeros(batch, heads, self.capacity, dim, dtype=self.dtype, device=self.device)
+            self.values = torch.zeros_like(self.keys) if self.with_values else None
         if with_positions:
             self.positions = torch.empty(heads, self.capacity, dtype=torch.long, device=self.device)
 
@@ -65,7 +65,7 @@ class Rows:
             axis = 2 if old.dim() == 4 else 1  # rows: dim 2 of keys/values, dim 1 of positions
             shape = list(old.shape)
             shape[axis] = capacity
-            new = old.new_empty(shape)
+            new = old.new_zeros(shape)
             new.narrow(axis, 0, self.length).copy_(old.narrow(axis, 0, self.length))
             setattr(self, name, new)
         self.capacity = capacity

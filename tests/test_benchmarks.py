@@ -176,6 +176,18 @@ def test_step_benchmark_times_a_stacked_refresh_against_one_per_layer(tmp_path):
     assert "| page-round | 128 | 48 | 2 |" in squeeze(step.markdown(json.loads(out.read_text())))
 
 
+def test_step_benchmark_times_compiled_steps_against_eager_ones(tmp_path):
+    from benchmarks import step
+
+    out = tmp_path / "step.json"
+    step.main(["--dry-run", "--parts", "compiled", "--compiled-policies", "page-round", "--out", str(out)])
+    (record,) = json.loads(out.read_text())["records"]
+    assert (record["mode"], record["policy"], record["budget"]) == ("compiled", "page-round", 48)
+    assert record["same_tokens"] and record["compiled_steps"] == record["steps"] + 3 and record["eager_fallbacks"] == 0
+    assert record["compiled_over_eager"] > 0 and record["eager_ms_per_step"] > 0
+    assert "| page-round | 128 | 48 |" in squeeze(step.markdown(json.loads(out.read_text())))
+
+
 def test_step_benchmark_weight_major_linear_is_recorded_and_not_mixed_with_torchs(tmp_path):
     from benchmarks import step
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -18,6 +19,7 @@ from transformers.generation.logits_process import MinNewTokensLengthLogitsProce
 from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
+from .compiled import CompiledDrafting
 from .draft_length import DraftLength
 from .stats import RiftStats
 
@@ -125,6 +127,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.cache.activate_past_recording()
         self.assistant_kwargs["past_key_values"] = self.cache
         self.stats = RiftStats(policy=self.rift_config.policy)
+        # Compiled drafting (`compile=True`): the drafter's one-token forwards replay one compiled step.
+        self.compiled = CompiledDrafting(assistant_model, self.cache) if self.rift_config.compile else None
         self._pending: dict | None = None
         # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
         self.draft_length = None
@@ -218,13 +222,18 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         if self.draft_length is not None:
             hooks = _time_forwards(self.assistant_model, forwards)
         try:
-            if self._first_logits is not None:
-                candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
-            else:
-                candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+            with self.compiled or contextlib.nullcontext():
+                if self._first_logits is not None:
+                    candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
+                else:
+                    candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
         finally:
             for hook in hooks:
                 hook.remove()
+        if self.compiled is not None:
+            self.stats.compiled_steps = self.compiled.steps
+            self.stats.eager_steps = self.compiled.eager
+            self.stats.compiles = self.compiled.compiles
         self.cache.settle()
         _sync(device)
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]

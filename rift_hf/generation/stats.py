@@ -17,6 +17,9 @@ class RiftStats:
         prompt_tokens, budget: the resolved budget in tokens (`None` for `full`).
         peak_kv_bytes, peak_store_bytes: drafter KV memory, working set and full store, peak after each round.
         attention_mass: `(position, share)` of full-cache attention mass on kept positions (measurement mode).
+        compiled_steps, eager_steps, compiles: with `compile=True`, one-token drafter forwards through the compiled
+            step and those that ran eagerly (before the first compression, or past the headroom), and the graphs
+            compiled in this call (one per working-set shape the drafter had not met: later calls replay them).
     """
 
     policy: str
@@ -27,6 +30,9 @@ class RiftStats:
     peak_kv_bytes: int = 0  # drafter KV that attention reads (working sets, sliding windows), peak over rounds
     peak_store_bytes: int = 0  # full stores of rift-dyn/ada (or the measurement mode), peak over rounds
     attention_mass: list = field(default_factory=list)  # (position, share kept), with track_attention_mass
+    compiled_steps: int = 0
+    eager_steps: int = 0
+    compiles: int = 0
 
     def record_round(
         self,
@@ -130,4 +136,7 @@ class RiftStats:
             "peak_store_bytes": self.peak_store_bytes,
             "rounds": self.rounds,
             "rescorings": self.rescorings,
+            "compiled_steps": self.compiled_steps,
+            "eager_steps": self.eager_steps,
+            "compiles": self.compiles,
         }
