@@ -231,6 +231,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             for hook in hooks:
                 hook.remove()
         if self.compiled is not None:
+            if self.compiled.compiles != self.stats.compiles:
+                forwards = []  # this round compiled the step (seconds to minutes): not what a drafted token costs
             self.stats.compiled_steps = self.compiled.steps
             self.stats.eager_steps = self.compiled.eager
             self.stats.compiles = self.compiled.compiles
