@@ -222,7 +222,7 @@ def _validate_generation_mode(self, generation_mode, generation_config, generati
     rift_assisted = (
         generation_mode == GenerationMode.ASSISTED_GENERATION and generation_config.cache_implementation == NAME
     )
-    if not (rift_assisted and self._is_stateful):
+    if not (rift_assisted and getattr(self, "_is_stateful", False)):  # 5.25 has no such check
         return original(self, generation_mode, generation_config, generation_mode_kwargs)
     # transformers refuses stateful targets because a rejection cannot be rolled back; rift's verifier cache does
     # roll back, so the check runs on a view of the model that reads as stateless (the model itself is not touched,
