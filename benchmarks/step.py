@@ -203,11 +203,10 @@ def run_compiled(model, prefill, length, policy, budget, args, device) -> dict:
     with torch.no_grad(), CompiledDrafting(model, caches[1]) as drafting:
         tick = time.perf_counter()
         for i in range(warmup + args.steps):
-            for way, cache in zip(("eager", "compiled"), caches, strict=True):
-                index = 0 if way == "eager" else 1
+            for index, way in enumerate(("eager", "compiled")):  # caches[1] is the one routed to the compiled step
                 _sync(device)
                 start = time.perf_counter()
-                tokens[index] = _greedy_step(model, cache, tokens[index], length + i, device)
+                tokens[index] = _greedy_step(model, caches[index], tokens[index], length + i, device)
                 _sync(device)
                 if i >= warmup:
                     times[way].append(time.perf_counter() - start)

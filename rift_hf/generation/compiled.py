@@ -19,7 +19,6 @@ shorter than the budget, a round longer than the headroom). `CompiledDrafting.co
 from __future__ import annotations
 
 import functools
-import weakref
 
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
@@ -29,14 +28,11 @@ from ..cache import RiftCache
 # The attention backends whose mask argument the step's additive `[1, 1, 1, capacity]` mask suits.
 BACKENDS = ("rift", "sdpa", "eager")
 
-# drafter -> its CompiledStep, shared by every generate call on it (a graph compiled once serves them all).
-_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 
 def check_compilable(model, cache: RiftCache) -> None:
     """Raise a `ValueError` naming the fix when `model` with `cache` cannot draft through a compiled step."""
-    kinds = {type(layer).__name__ for layer in cache.layers}
     if len(cache.rift_layers) != len(cache.layers):
+        kinds = {type(layer).__name__ for layer in cache.layers}
         raise ValueError(
             f"compile=True needs a drafter whose every layer is full attention; {type(model).__name__} also has "
             f"{', '.join(sorted(kinds - {'RiftLayer'}))} layers. Drop compile=True for this drafter."
@@ -97,10 +93,11 @@ class CompiledStep:
 
 
 def compiled_step(model) -> CompiledStep:
-    """The drafter's `CompiledStep` (made on first use, kept while the drafter lives)."""
-    step = _STEPS.get(model)
+    """The drafter's `CompiledStep`, shared by every generate call on it: made on first use and kept on the drafter
+    itself (it holds the drafter's bound forward, so a table keyed by the drafter would keep it alive forever)."""
+    step = model.__dict__.get("_rift_compiled_step")
     if step is None:
-        step = _STEPS[model] = CompiledStep(model)
+        step = model.__dict__["_rift_compiled_step"] = CompiledStep(model)
     return step
 
 
