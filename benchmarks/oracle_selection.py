@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 import rift_hf.policies.base as policy_base
-from kernels import pool_scores, reference
 from rift_hf.cache import RiftCache
 from rift_hf.cli import machine, policy_config, summarise, write_into_readme
 from rift_hf.config import RiftConfig
 from rift_hf.generation.candidate import use_rift_attention
+from rift_hf.kernels import pool_scores, reference
 from rift_hf.models import fix_draft_length
 from rift_hf.policies import carry_forward
 from rift_hf.prompts import prompt_set

@@ -168,7 +168,7 @@ class RiftLayer(CacheLayerMixin):
             )
         self.is_initialized = True
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, **_) -> None:
         self.record_past = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -476,22 +476,32 @@ class RiftStateLayer(LinearAttentionLayer):
             self._take_recurrent[state_idx] = False
         return out
 
-    def restore(self) -> None:
-        """Put the states back as they were right after the last round's verified tokens."""
+    def activate_past_recording(self, **_) -> None:
+        super().activate_past_recording()
+        # transformers 5.25 can keep a layer's per-token states for rollback; the snapshot makes them unneeded.
+        self.recurrent_states_to_keep = 0
+
+    def restore(self, length: int) -> None:
+        """Put the states back as they were right after the last round's verified tokens (`length` of them)."""
         for i, conv in self.snapshot["conv"].items():
             self.conv_states[i] = conv.clone()
         for i, state in self.snapshot["recurrent"].items():
             self.recurrent_states[i].copy_(state)
+        if hasattr(self, "cumulative_length_linear"):  # the layer's own token count (transformers 5.25)
+            self.cumulative_length_linear.fill_(length)
 
     @property
     def is_croppable(self) -> bool:
         return True
 
     def crop(self, tokens_to_remove: int) -> None:
-        # Rollback is driven by `RiftCache.crop` through `restore`; here only trim recorded conv history.
+        # Rollback is driven by `RiftCache.crop` through `restore`; here only trim recorded conv history (and the
+        # per-forward recurrent states transformers 5.25 records while `record_past` is on).
         for i in range(self.number_of_states):
             if self.is_conv_states_initialized[i]:
                 self.conv_states[i] = self.conv_states[i][..., -self.conv_kernel_size[i] :]
+        if hasattr(self, "recurrent_states_history"):
+            self.recurrent_states_history = {i: [] for i in range(self.number_of_states)}
 
 
 class RiftCache(Cache):
@@ -628,10 +638,19 @@ class RiftCache(Cache):
                 self.budget = self.config.n_sink + self.recent + self.n_select
         self._last_select = self._last_check = prompt_length
 
-    def activate_past_recording(self) -> None:
+    def activate_past_recording(self, **_) -> None:
+        # transformers 5.25 asks the target's cache to keep per-token recurrent states (`recurrent_states_to_keep`);
+        # a verifier RiftCache rolls back by snapshot instead (stateful.py), so the layers keep none.
         super().activate_past_recording()
         self.record_past = True
         self._await_verified_forward()
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens seen, read from an attention layer when `layer_idx` is a state layer (as transformers 5.23 does;
+        5.25 would read a linear-attention layer's own count)."""
+        if layer_idx == 0 and self.state_layers and self._first_attention is not None:
+            layer_idx = self._first_attention
+        return super().get_seq_length(layer_idx)
 
     def _await_verified_forward(self) -> None:
         self._awaiting_verified = True
@@ -664,7 +683,7 @@ class RiftCache(Cache):
             if self.state_layers:
                 target = self._snapshot_length
                 for layer in self.state_layers:
-                    layer.restore()
+                    layer.restore(target)
             tokens_to_remove = -(seen - max(target, self._snapshot_length))
         super().crop(tokens_to_remove)
         self._commit(rollback=True)

@@ -162,17 +162,16 @@ def copy_package(dest: Path, demo: bool = False) -> Path:
     import shutil
 
     import rift_hf
-    import rift_hf.kernels
 
     skip = ("__pycache__", "*.pyc", "screenshot.png", *(() if demo else ("demo",)))
     ignore = shutil.ignore_patterns(*skip)
     shutil.copytree(Path(rift_hf.__file__).parent, dest, ignore=ignore)
-    mapped = [rift_hf.kernels]
+    mapped = []
     if demo:
         import rift_hf.demo
 
         mapped.append(rift_hf.demo)
-    for module in mapped:  # an editable install maps kernels/ and demo/ from the repo's top level
+    for module in mapped:  # an editable install maps demo/ from the repo's top level
         name = module.__name__.rsplit(".", 1)[1]
         if not (dest / name).exists():
             shutil.copytree(Path(module.__file__).parent, dest / name, ignore=ignore)
@@ -195,6 +194,7 @@ def write_custom_generate(folder: str | Path, source: str | None = None) -> Path
     copy_package(out / "rift_hf")
     source = source or str(folder.resolve())
     (out / "generate.py").write_text(CUSTOM_GENERATE.format(source=source))
-    # transformers checks these before running generate.py: what rift_hf needs at import, nothing more
+    # transformers checks these before running generate.py: what rift_hf needs at import, nothing more (its checker
+    # reads one specifier per line; `import rift_hf` refuses a transformers above the supported range itself)
     (out / "requirements.txt").write_text("transformers>=5.23\nsafetensors\nhuggingface_hub\n")
     return out

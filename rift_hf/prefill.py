@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ._compat import CACHE
 from .cache import ACTIVE_LAYER, RiftCache
 from .config import RiftConfig
 
@@ -98,7 +99,7 @@ def record_prompt_forward(model, prompt: torch.Tensor, window: int, mask: torch.
         logits = model(
             input_ids=prompt,
             position_ids=torch.arange(prompt.shape[1], device=model.device)[None],
-            past_key_values=cache,
+            **{CACHE: cache},
             use_cache=True,
             logits_to_keep=1,
             return_dict=True,

@@ -35,6 +35,7 @@ import torch
 from transformers import LogitsProcessorList
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
+from ._compat import CACHE
 from .cache import RiftCache
 from .config import RiftConfig
 from .generation.candidate import draft_entropy, use_rift_attention
@@ -248,7 +249,7 @@ def _forward(draft, tokens: torch.Tensor, start: int, cache, keep: int, mask: to
     return draft(
         input_ids=tokens.to(draft.device),
         position_ids=positions,
-        past_key_values=cache,
+        **{CACHE: cache},
         use_cache=True,
         logits_to_keep=keep,
         return_dict=True,

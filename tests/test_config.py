@@ -69,10 +69,10 @@ def test_transformers_outside_the_tested_range_is_refused_at_import():
 
     from rift_hf._compat import check_transformers
 
-    check_transformers("5.23.0")
-    check_transformers("5.23.4")
-    for version in ("5.22.1", "5.24.0", "4.57.0"):
-        with pytest.raises(ImportError, match=r"pip install 'transformers>=5.23,<5.24'"):
+    for version in ("5.23.0", "5.23.4", "5.24.0", "5.25.0"):
+        check_transformers(version)
+    for version in ("5.22.1", "5.26.0", "4.57.0"):
+        with pytest.raises(ImportError, match=r"pip install 'transformers>=5.23,<5.26'"):
             check_transformers(version)
 
 
@@ -192,3 +192,18 @@ def test_training_overrides_no_sampled_policy_reads_are_refused():
     CompressionSampler(policies=("rift-stat", "rift-dyn"), overrides={"delta": 16, "window": 8})  # rift-dyn reads it
     with pytest.raises(ValueError, match="No sampled policy .* reads block_size"):
         CompressionSampler(policies=("rift-stat", "rift-dyn"), overrides={"block_size": 8})
+
+
+def test_the_cache_keyword_is_the_installed_transformers_own():
+    import dataclasses
+
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from rift_hf._compat import CACHE, pop_cache
+
+    assert CACHE in {field.name for field in dataclasses.fields(CausalLMOutputWithPast)}
+    marker = object()
+    for name in {"past_key_values", CACHE}:  # a wrapper takes the cache under either name, and removes it
+        kwargs = {name: marker, "use_cache": True}
+        assert pop_cache(kwargs) is marker and kwargs == {"use_cache": True}
+    assert pop_cache({}) is None

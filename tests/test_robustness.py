@@ -208,7 +208,8 @@ def test_lifting_the_stateful_refusal_does_not_touch_the_shared_target(monkeypat
     target = tiny_model("qwen3_5", seed=1)
     draft = tiny_model("qwen3_5", seed=2)
     pin_drafting(draft, 4)
-    assert target._is_stateful
+    if not getattr(target, "_is_stateful", False):
+        pytest.skip("this transformers has no stateful-target refusal to lift (5.25 verifies such targets itself)")
     seen_outside = []
     original = patches._ORIGINALS["_validate_generation_mode"]
 

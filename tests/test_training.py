@@ -216,7 +216,7 @@ def pointed_at(like: torch.Tensor, position: int) -> torch.Tensor:
 
 
 def test_alignment_window_scores_are_the_policys_scores_and_the_loss_is_zero_on_its_own_target():
-    from kernels.reference import window_attention_scores
+    from rift_hf.kernels.reference import window_attention_scores
     from rift_hf.training.selection import alignment_loss, captured_attention, future_attention, window_scores
 
     torch.manual_seed(0)
@@ -238,7 +238,7 @@ def test_alignment_window_scores_are_the_policys_scores_and_the_loss_is_zero_on_
     for index in sorted(captured):
         q, k, scale = captured[index]
         scores = window_scores(q[:, :, 28:32], k[:, :, :32], scale)[0]
-        from kernels.reference import pool_scores
+        from rift_hf.kernels.reference import pool_scores
 
         scores = pool_scores(scores, 5, "avg")
         scores[:, :1] = 0

@@ -16,6 +16,7 @@ from transformers.generation.candidate_generator import (
 )
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
+from .._compat import CACHE
 from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
@@ -125,7 +126,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         use_rift_attention(assistant_model, self.rift_config)
         self.cache = RiftCache(assistant_model.config, self.rift_config)
         self.cache.activate_past_recording()
-        self.assistant_kwargs["past_key_values"] = self.cache
+        self.assistant_kwargs[CACHE] = self.cache
         self.stats = RiftStats(policy=self.rift_config.policy)
         # Compiled drafting (`compile=True`): the drafter's one-token forwards replay one compiled step.
         self.compiled = CompiledDrafting(assistant_model, self.cache) if self.rift_config.compile else None
@@ -142,7 +143,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             if target is not None:
                 _LEARNT.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.draft_length
         self._candidates_at: float | None = None
-        target_cache = model_kwargs.get("past_key_values")
+        target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None
         # A recorded prompt forward (`generate_from`): the cache starts from it and the first draft comes from its
         # logits, so the run equals one that computed the prompt itself.
@@ -170,10 +171,14 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self._candidates_at = time.perf_counter()  # the target's side of the round starts here
         return candidates
 
-    def _update_past_and_masks(self, input_ids, remove_from_pkv: int = 0, num_added_tokens: int = 1) -> bool:
-        if self._first_logits is None:
-            return super()._update_past_and_masks(input_ids, remove_from_pkv, num_added_tokens)
-        # The cache holds exactly the prompt: nothing to crop before the first draft, only the inputs to extend.
+    def _update_past_and_masks(self, input_ids, *_, **__) -> bool:
+        """Crop the drafter's cache to all but the last two tokens and extend its inputs, as transformers 5.23 does
+        (5.25 keeps one more token and skips the crop when every draft was accepted; each crop is where the cache
+        commits, and replay mirrors this loop, so it is the same on every version)."""
+        if self._first_logits is None:  # after a recorded prompt forward the cache holds exactly the prompt
+            remove = self.cache.get_seq_length() - (input_ids.shape[-1] - 2)
+            if remove >= 0:
+                self.cache.crop(-remove)
         self._extend_inputs(input_ids.shape[-1])
         return True
 

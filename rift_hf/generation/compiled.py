@@ -23,6 +23,7 @@ import functools
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from .._compat import CACHE, pop_cache
 from ..cache import RiftCache
 
 # The attention backends whose mask argument the step's additive `[1, 1, 1, capacity]` mask suits.
@@ -78,8 +79,8 @@ class CompiledStep:
             input_ids=input_ids,
             position_ids=position_ids,
             attention_mask=mask.view(1, 1, 1, capacity),
-            past_key_values=_View(keys, values, index),
             use_cache=True,
+            **{CACHE: _View(keys, values, index)},
             rift_queries=queries,
         )
         recorded = [queries[i] for i in range(self.layers)] if record else []
@@ -148,10 +149,10 @@ class CompiledDrafting:
             self.model.forward = self._saved
         return False
 
-    def _fits(self, input_ids, past_key_values, kwargs) -> bool:
+    def _fits(self, input_ids, given, kwargs) -> bool:
         cache = self.cache
         if (
-            past_key_values is not cache
+            given is not cache
             or input_ids is None
             or input_ids.shape != (1, 1)
             or cache._awaiting_verified  # the round's first forward re-feeds verified tokens
@@ -173,16 +174,17 @@ class CompiledDrafting:
             and first.length < first.capacity
         )
 
-    def _forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
-        drafting = past_key_values is self.cache and not self.cache._awaiting_verified
-        if not self._fits(input_ids, past_key_values, kwargs):
+    def _forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
+        given = pop_cache(kwargs)  # `past_key_values` before transformers 5.24, `cache` from it on
+        drafting = given is self.cache and not self.cache._awaiting_verified
+        if not self._fits(input_ids, given, kwargs):
             if drafting and input_ids is not None and input_ids.shape[-1] == 1:
                 self.eager += 1
             return self.step.forward(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
+                **{CACHE: given},
                 **kwargs,
             )
         cache, layers = self.cache, self.cache.rift_layers
@@ -207,4 +209,4 @@ class CompiledDrafting:
             layer.seen = seen + 1
             if queries:
                 layer.recent_queries.append(queries[i].detach())
-        return CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+        return CausalLMOutputWithPast(logits=logits, **{CACHE: cache})

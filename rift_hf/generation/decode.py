@@ -21,6 +21,7 @@ from contextvars import ContextVar
 import torch
 from transformers import DynamicCache
 
+from .._compat import CACHE
 from ..prefill import Prefill, PromptCache, load_prefill
 
 # The drafter's recorded prompt forward for the candidate generator of the running `generate_from` call.
@@ -55,8 +56,9 @@ def generate_from(target, prompt_cache: PromptCache, *, assistant_model=None, **
         raise ValueError(
             "generate_from decodes greedily (the first draft is the recorded argmax); pass do_sample=False."
         )
-    if "past_key_values" in generate_kwargs:
-        raise ValueError("generate_from builds the target's cache from the prompt cache; drop `past_key_values`.")
+    given = sorted({"past_key_values", CACHE} & set(generate_kwargs))
+    if given:
+        raise ValueError(f"generate_from builds the target's cache from the prompt cache; drop `{given[0]}`.")
     if assistant_model is not None and prompt_cache.draft is None:
         raise ValueError(
             "This prompt cache holds no drafter record; compute it with PromptCache.compute(target, ids, draft=...)."
@@ -77,7 +79,7 @@ def generate_from(target, prompt_cache: PromptCache, *, assistant_model=None, **
         tick = time.perf_counter()
         with torch.no_grad():
             out = target.generate(
-                ids, past_key_values=cache, assistant_model=assistant_model, do_sample=False, **generate_kwargs
+                ids, assistant_model=assistant_model, do_sample=False, **{CACHE: cache}, **generate_kwargs
             )
         if target.device.type == "cuda":
             torch.cuda.synchronize(target.device)
@@ -94,7 +96,7 @@ def _cut_first_forward(target, cache) -> None:
     prepare = type(target).prepare_inputs_for_generation
 
     def prepare_inputs(input_ids, *args, next_sequence_length=None, is_first_iteration=False, **kwargs):
-        if is_first_iteration and next_sequence_length is None and kwargs.get("past_key_values") is cache:
+        if is_first_iteration and next_sequence_length is None and kwargs.get(CACHE) is cache:
             next_sequence_length = input_ids.shape[1] - cache.get_seq_length()
         return prepare(
             target,

@@ -1,4 +1,4 @@
-"""Every patch of transformers that rift_hf applies, in one place (written against transformers 5.23).
+"""Every patch of transformers that rift_hf applies, in one place (written against transformers 5.23; see `_compat`).
 
 transformers has no registry for `cache_implementation` names nor a `candidate_generator=` argument, so
 `import rift_hf` adds "rift" to the valid names and wraps three `GenerationMixin` methods
@@ -19,6 +19,7 @@ from transformers.generation.candidate_generator import AssistedCandidateGenerat
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
 
+from .._compat import CACHE
 from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
@@ -86,12 +87,12 @@ def _check_request(generation_config, model_kwargs) -> None:
 
 def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
     original = _ORIGINALS["_prepare_cache_for_generation"]
-    user_cache = model_kwargs.get("past_key_values")
+    user_cache = model_kwargs.get(CACHE)
     assisted_target = generation_mode == GenerationMode.ASSISTED_GENERATION and not generation_config.is_assistant
     if assisted_target and isinstance(user_cache, RiftCache) and not user_cache.verifier:
         raise ValueError(
             "In assisted generation only the drafter's cache is compressed, so a RiftCache cannot be the target's "
-            "`past_key_values`; drop it and pass cache_implementation='rift' (and cache_config=...) instead."
+            f"`{CACHE}`; drop it and pass cache_implementation='rift' (and cache_config=...) instead."
         )
     if isinstance(user_cache, RiftCache) and not user_cache.verifier and not generation_config.is_assistant:
         rift_config = user_cache.config
@@ -113,7 +114,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         _check_request(generation_config, model_kwargs)
     rift_config = RiftConfig.coerce(generation_config.cache_config)
     if isinstance(user_cache, StaticCache):
-        raise ValueError("A StaticCache cannot be combined with cache_implementation='rift'; drop `past_key_values`.")
+        raise ValueError(f"A StaticCache cannot be combined with cache_implementation='rift'; drop `{CACHE}`.")
     if generation_config.is_assistant and isinstance(user_cache, RiftCache):
         return None  # the drafter of a RiftCandidateGenerator: its cache is already in place
     if generation_config.is_assistant and user_cache is None:
@@ -123,7 +124,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         use_rift_attention(self, rift_config)
         cache = RiftCache(self.config, rift_config)
         cache.activate_past_recording()
-        model_kwargs["past_key_values"] = cache
+        model_kwargs[CACHE] = cache
         return None
     if batch_size > 1:
         raise ValueError(
@@ -133,20 +134,20 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         return None  # `generate_from`: the target's recorded prompt, in a DynamicCache
     if user_cache is not None:
         raise ValueError(
-            "Passing both cache_implementation='rift' and `past_key_values` is unsupported: pass one of the two "
-            "(a RiftCache instance can be passed as `past_key_values` alone)."
+            f"Passing both cache_implementation='rift' and `{CACHE}` is unsupported: pass one of the two "
+            f"(a RiftCache instance can be passed as `{CACHE}` alone)."
         )
     if generation_mode == GenerationMode.ASSISTED_GENERATION:
         # The target verifies with a full cache: only the drafter is compressed (RiftCandidateGenerator). A stateful
         # target gets a full RiftCache that rolls its states back (stateful.py).
         if needs_verifier(self):
-            model_kwargs["past_key_values"] = verifier_cache(self)
+            model_kwargs[CACHE] = verifier_cache(self)
         else:
-            model_kwargs["past_key_values"] = DynamicCache(config=self.config.get_text_config(decoder=True))
+            model_kwargs[CACHE] = DynamicCache(config=self.config.get_text_config(decoder=True))
         return None
     use_rift_attention(self, rift_config)
     cache = RiftCache(self.config, rift_config)
-    model_kwargs["past_key_values"] = cache
+    model_kwargs[CACHE] = cache
     stats = RiftStats(policy=rift_config.policy, rescorings=cache.events)
     _set_stats(self, stats)
     return None
@@ -188,7 +189,10 @@ def _get_candidate_generator(
             cache = DynamicCache(config=assistant_model.config.get_text_config(decoder=True))
             cache.activate_past_recording()
             load_prefill(cache, prefill)
-            generator.assistant_kwargs["past_key_values"] = cache
+            if hasattr(generator, "_last_ids_length"):
+                # 5.25 crops by the last round's draft (none before the first): two tokens go now, as 5.23 crops.
+                cache.crop(-2)
+            generator.assistant_kwargs[CACHE] = cache
         return generator
     if target_tokenizer is not None and assistant_tokenizer is not None:
         raise ValueError(

@@ -1,6 +1,6 @@
 """Lossless assisted generation for stateful targets (linear attention / SSM layers), opt-in through rift.
 
-transformers 5.23 refuses such targets: verification runs the drafted tokens through the target, and a rejection
+transformers refuses such targets: verification runs the drafted tokens through the target, and a rejection
 leaves its recurrent state advanced past the accepted tokens. With `cache_implementation="rift"` the target gets a
 `RiftCache(policy="full")` in verifier mode and two small instance-level wrappers:
 
@@ -19,6 +19,7 @@ import functools
 
 import torch
 
+from .._compat import CACHE, pop_cache
 from ..cache import RiftCache
 
 
@@ -44,7 +45,7 @@ def verifier_cache(model) -> RiftCache:
 def _resume_from_cache(prepare):
     @functools.wraps(prepare)
     def prepare_inputs_for_generation(input_ids, *args, next_sequence_length=None, **kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get(CACHE)
         if isinstance(cache, RiftCache) and cache.verifier and next_sequence_length is not None:
             next_sequence_length = input_ids.shape[1] - cache.get_seq_length()
         return prepare(input_ids, *args, next_sequence_length=next_sequence_length, **kwargs)
@@ -54,10 +55,8 @@ def _resume_from_cache(prepare):
 
 def _split_forward(forward):
     @functools.wraps(forward)
-    def split_forward(
-        input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, logits_to_keep=0, **kwargs
-    ):
-        cache = past_key_values
+    def split_forward(input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kwargs):
+        cache = pop_cache(kwargs)  # `past_key_values` before transformers 5.24, `cache` from it on
         drafts = None
         if isinstance(cache, RiftCache) and cache.verifier:
             drafts, cache.pending_drafts = cache.pending_drafts, None
@@ -66,8 +65,8 @@ def _split_forward(forward):
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                past_key_values=past_key_values,
                 logits_to_keep=logits_to_keep,
+                **{CACHE: cache},
                 **kwargs,
             )
         verified = input_ids.shape[1] - drafts
@@ -76,16 +75,16 @@ def _split_forward(forward):
             input_ids=input_ids[:, :verified],
             attention_mask=None if attention_mask is None else attention_mask[:, : past + verified],
             position_ids=None if position_ids is None else position_ids[..., :verified],
-            past_key_values=cache,
             logits_to_keep=0,
+            **{CACHE: cache},
             **kwargs,
         )
         tail = forward(
             input_ids=input_ids[:, verified:],
             attention_mask=attention_mask,
             position_ids=None if position_ids is None else position_ids[..., verified:],
-            past_key_values=cache,
             logits_to_keep=0,
+            **{CACHE: cache},
             **kwargs,
         )
         logits = torch.cat([head.logits, tail.logits], dim=1)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
+from .._compat import CACHE
 from ..attention import LAYER_MASKS
 from ..cache import RiftCache
 from ..config import RiftConfig
@@ -50,7 +51,7 @@ def compressed_attention_masks(
     was_training = model.training
     model.eval()
     try:
-        model(input_ids[:, :boundary], past_key_values=cache, use_cache=True)
+        model(input_ids[:, :boundary], use_cache=True, **{CACHE: cache})
         causal = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).tril()
         masks = {}
         for layer in cache.rift_layers:
@@ -67,7 +68,7 @@ def compressed_attention_masks(
                 for layer in cache.rift_layers:
                     layer.update(torch.zeros_like(layer.keys[:, :, :1]), torch.zeros_like(layer.values[:, :, :1]))
             else:
-                model(input_ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+                model(input_ids[:, t : t + 1], use_cache=True, **{CACHE: cache})
             for layer in cache.rift_layers:
                 positions = layer.attended_positions.to(input_ids.device)  # [H_kv, N]: what the query at t attends
                 masks[layer.layer_idx][0, :, t].scatter_(1, positions, True)
