@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import gradio as gr
 import pandas as pd
@@ -115,6 +116,20 @@ class RoundStreamer(BaseStreamer):
         self.rounds.put(None)
 
 
+class PolicySummary(TypedDict):
+    """One policy's row of the `compare` API (None where a figure does not apply or the run did not finish)."""
+
+    policy: str
+    status: str
+    al: float | None
+    retention: float | None
+    tokens_per_s: float | None
+    speedup_vs_target: float | None
+    draft_tokens_per_s: float | None
+    drafter_kv_mib: float | None
+    store_mib: float | None
+
+
 @dataclass
 class PolicyRun:
     policy: str  # a policy name, or TARGET_ALONE for the target without a drafter
@@ -130,7 +145,7 @@ class PolicyRun:
     rounds: list = field(default_factory=list)
     mass: list = field(default_factory=list)
 
-    def summary(self) -> dict:
+    def summary(self) -> PolicySummary:
         return {
             "policy": self.policy,
             "status": self.status,
@@ -453,11 +468,14 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         policies: list[str],
         new_tokens: int,
         attention_mass: bool = False,
-    ) -> list[dict]:
+    ) -> list[PolicySummary]:
         """Per-policy AL, retention, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and
         KV memory, as JSON. `attention_mass` also measures the attention mass on kept positions (slower)."""
         *_, runs = runs_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens, attention_mass)
         return [run.summary() for run in runs if run.policy in policies]
+
+    # gradio types the API from the annotation object; this module's annotations are strings (postponed evaluation)
+    compare.__annotations__["return"] = list[PolicySummary]
 
     css = (
         ".acc{background:#c8f7c5} .tgt{background:#ffd8a8} pre.gen{white-space:pre-wrap;max-height:14em;"
@@ -499,8 +517,8 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
             elem_id="summary",
             interactive=False,
         )
-        figure = gr.Plot(elem_id="plot", format="png")
-        output = gr.HTML(elem_id="output")
+        figure = gr.Plot(label="AL per round and drafter memory, per policy", elem_id="plot", format="png")
+        output = gr.HTML(label="generated text per policy (accepted drafts highlighted)", elem_id="output")
         event = run.click(
             compare_stream,
             [preset, prompt, document, budget, gamma, policies, new_tokens, attention_mass],

@@ -143,3 +143,12 @@ def test_tiny_preset_text_is_readable_and_the_page_defines_its_terms():
     markdown = " ".join(str(c.get("props", {}).get("value", "")) for c in page["components"])
     for term in ("**AL**", "**Retention**", "**γ**", "**Budget**"):
         assert term in markdown
+
+
+def test_the_api_names_and_types_its_outputs():
+    endpoints = demo_app.build_app().get_api_info()["named_endpoints"]
+    stream = endpoints["/compare_stream"]["returns"]
+    assert not any(r["label"].startswith("value_") for r in stream)  # gradio's placeholder for an unlabelled output
+    (rows,) = endpoints["/compare"]["returns"]
+    typed = rows["python_type"]["type"]
+    assert typed.startswith("list[dict(") and "al: None | float" in typed and "speedup_vs_target" in typed
