@@ -31,7 +31,8 @@ import statistics
 from pathlib import Path
 
 from rift_hf import POLICIES, RiftConfig, calibrate_thresholds
-from rift_hf.cli import compare, policy_config
+from rift_hf.experiments.compare import compare
+from rift_hf.experiments.records import policy_config
 
 RESULTS = Path("benchmarks/results")
 SCALES = {  # input tokens, new tokens, prompts per regime
@@ -96,7 +97,7 @@ def main(argv=None) -> None:
         if label.partition("@")[0] not in POLICIES:
             raise ValueError(f"--policies: unknown policy {label!r}; choose from {', '.join(POLICIES)}.")
     if args.method == "replay":
-        from rift_hf.replay import replay_models
+        from rift_hf.experiments.replay_runs import replay_models
 
         models = replay_models(args.preset)
     else:
@@ -167,7 +168,7 @@ def main(argv=None) -> None:
         budget_tokens=None,
         sources=None,
     ):
-        from rift_hf.replay import replay_compare
+        from rift_hf.experiments.replay_runs import replay_compare
 
         length, out_tokens = input_tokens or tokens, new_tokens or new
         folder = "-".join(filter(None, ("replay", tag, f"{length}in-{out_tokens}tok-{per_task}per-task")))

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rift_hf.cpu import weight_major_linear
-from rift_hf.tables import pipe_table
+from rift_hf.experiments.tables import pipe_table
 
 
 def cpu_name() -> str:

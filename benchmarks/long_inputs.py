@@ -28,7 +28,8 @@ import torch
 from tqdm.auto import tqdm
 
 from rift_hf import RiftConfig
-from rift_hf.cli import machine, policy_config, split_labels
+from rift_hf.cli import split_labels
+from rift_hf.experiments.records import machine, policy_config
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import PRESETS, fix_draft_length, load_preset
 from rift_hf.prefill import PromptCache, prefill_folder, prefills_root
@@ -235,7 +236,7 @@ def speed_table(folder: Path) -> str:
     """
     import statistics
 
-    from rift_hf.tables import pipe_table
+    from rift_hf.experiments.tables import pipe_table
 
     rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
     by = {(r["prompt"], r["setting"]): r for r in rows}
@@ -390,7 +391,7 @@ def main(argv=None) -> None:
         (args.folder / "table.md").write_text(text)
         print(text)
         if args.readme:
-            from rift_hf.cli import write_into_readme
+            from rift_hf.experiments.tables import write_into_readme
 
             write_into_readme(text, args.readme, args.block)
         return

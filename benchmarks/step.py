@@ -43,10 +43,12 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
-from rift_hf import cli
+from rift_hf.cli import split_labels
+from rift_hf.experiments import records
+from rift_hf.experiments.compare import LINEARS
+from rift_hf.experiments.tables import pipe_table
 from rift_hf.models import DTYPES, resolve_dtype
 from rift_hf.replay import load_prefill, record_prompt_forward
-from rift_hf.tables import pipe_table
 
 TINY = {"layers": 2, "h_q": 4, "h_kv": 2, "dim": 16, "hidden": 64, "intermediate": 96, "vocab": 96}
 
@@ -149,7 +151,7 @@ class Baseline:
 
 def policy_config(label: str, budget: int, args) -> dict:
     """A policy label (`rift-stat@kv_dtype=int4,kv_equal_bytes=true`, as `rift-hf replay` takes) -> cache config."""
-    return cli.policy_config(label, budget, args.window, args.delta, None)
+    return records.policy_config(label, budget, args.window, args.delta, None)
 
 
 def run_full(model, prefill, length, args, device) -> dict:
@@ -613,7 +615,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--linear",
         default="torch",
-        choices=cli.LINEARS,
+        choices=LINEARS,
         help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
     )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
@@ -624,7 +626,7 @@ def main(argv=None) -> None:
     parser.add_argument("--block", default="step-cpu", help="with --readme: the <!-- NAME:start --> block to fill")
     args = parser.parse_args(argv)
     if args.table:
-        from rift_hf.cli import write_into_readme
+        from rift_hf.experiments.tables import write_into_readme
 
         text = markdown(json.loads(args.table.read_text()))
         print(text)
@@ -696,7 +698,7 @@ def main(argv=None) -> None:
             f"{record['ms_per_step']:.2f} ms/step" + (f", {ratio:.3f}x the interleaved full step" if ratio else "")
         )
 
-    policies = cli.split_labels(args.policies)
+    policies = split_labels(args.policies)
     # One prompt forward per input length, shared by every cache of that length; each full-cache context reads the
     # first tokens of the shortest prefill that covers it (a causal model's states do not depend on later tokens).
     plain_lengths = args.inputs if parts & {"plain", "refresh", "compiled"} else []
@@ -713,7 +715,7 @@ def main(argv=None) -> None:
             (mode, p, b)
             for mode in ("plain", "refresh", "compiled")
             if mode in parts
-            for p in (cli.split_labels(args.compiled_policies) if mode == "compiled" else policies)
+            for p in (split_labels(args.compiled_policies) if mode == "compiled" else policies)
             for b in args.budgets
             if length in plain_lengths and b < length and (mode, p, length, b, None) not in done
             and (mode != "refresh" or stacks_layers(p, b, args))
@@ -739,7 +741,7 @@ def main(argv=None) -> None:
     if "assisted" in parts:
         target = None
         for length in args.assisted_inputs:
-            for policy in cli.split_labels(args.assisted_policies):
+            for policy in split_labels(args.assisted_policies):
                 budget = None if policy == "transformers" else args.assisted_budget
                 if ("assisted", policy, length, budget, None) in done:
                     continue

@@ -58,8 +58,9 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     events = experiments.calibration_events(calibration)
     assert events and all(e["drift"] is not None for e in events), "rift-dyn must log query drift for calibration"
 
-    from rift_hf.cli import rebuild_summary, summary_table
-    from rift_hf.plots import plot_summary
+    from rift_hf.experiments.plots import plot_summary
+    from rift_hf.experiments.records import rebuild_summary
+    from rift_hf.experiments.tables import summary_table
 
     (tmp_path / "summary.json").unlink()
     rebuilt = rebuild_summary(tmp_path / "summary.json")  # from the compare.json files alone

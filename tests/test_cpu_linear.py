@@ -114,6 +114,7 @@ def test_bad_arguments_are_refused_with_the_fix():
 
 def test_compare_records_weight_major_linear_and_refuses_unknown_ones(tmp_path):
     from rift_hf import cli
+    from rift_hf.experiments.compare import compare
 
     out = tmp_path / "cmp"
     cli.main(
@@ -124,9 +125,9 @@ def test_compare_records_weight_major_linear_and_refuses_unknown_ones(tmp_path):
     assert result["linear"] == "weight-major"
     assert "linear layers weight-major" in (out / "compare.md").read_text()
     with pytest.raises(ValueError, match="linear must be one of torch, weight-major"):
-        cli.compare("tiny-random", ["full"], 4.0, 64, 4, 1, 4, 8, 32, tmp_path / "x", linear="fast")
+        compare("tiny-random", ["full"], 4.0, 64, 4, 1, 4, 8, 32, tmp_path / "x", linear="fast")
     with pytest.raises(ValueError, match="targets_dir saves target outputs for replay"):
-        cli.compare(
+        compare(
             "tiny-random", ["full"], 4.0, 64, 4, 1, 4, 8, 32, tmp_path / "y", targets_dir=tmp_path,
             linear="weight-major",
         )  # fmt: skip

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from rift_hf.cli import markdown_table, write_into_readme
+from rift_hf.experiments.tables import markdown_table, write_into_readme
 from rift_hf.models import ModelSpec, load_preset
 from tiny import squeeze
 
@@ -82,7 +82,7 @@ def test_table_and_readme_block(tmp_path):
 
 
 def test_summary_records_are_upserted_by_key(tmp_path):
-    from rift_hf.cli import update_summary
+    from rift_hf.experiments.records import update_summary
 
     result = {
         "preset": "p",
@@ -119,7 +119,7 @@ def test_summary_records_are_upserted_by_key(tmp_path):
 
 
 def test_retention_spread_per_prompt_and_per_task():
-    from rift_hf.cli import retention_spread
+    from rift_hf.experiments.records import retention_spread
 
     runs = [
         {"policy": "full", "task": "repeat", "al": 10.0},
@@ -135,14 +135,14 @@ def test_retention_spread_per_prompt_and_per_task():
 
 
 def test_al_by_position_buckets_rounds_by_where_they_start():
-    from rift_hf.plots import al_by_position
+    from rift_hf.experiments.plots import al_by_position
 
     # rounds emit 4, 1, 12, 3 tokens: they start at positions 0, 4, 5, 17
     assert al_by_position([3, 0, 11, 2], bucket=8) == [(0, (4 + 1 + 12) / 3), (16, 3.0)]
 
 
 def test_overview_plot_keeps_each_experiments_largest_runs():
-    from rift_hf.plots import headline_records
+    from rift_hf.experiments.plots import headline_records
 
     def record(experiment, policy, prompts, method="generate", tokens=4096, preset="p"):
         return {"experiment": experiment, "preset": preset, "policy": policy, "prompts": prompts, "method": method,
@@ -165,7 +165,7 @@ def test_overview_plot_keeps_each_experiments_largest_runs():
 
 
 def test_summary_table_groups_records_by_experiment():
-    from rift_hf.cli import summary_table
+    from rift_hf.experiments.tables import summary_table
 
     record = {
         "experiment": "E2",
@@ -190,7 +190,7 @@ def test_summary_table_groups_records_by_experiment():
 
 
 def test_staleness_splits_rounds_by_half_and_mass_by_quarter():
-    from rift_hf.cli import staleness
+    from rift_hf.experiments.records import staleness
 
     # 8 new tokens after a 10-token prompt: rounds emit 2, 2, 1, 3 tokens (start at 0, 2, 4, 5 of the output)
     run = {"input_tokens": 10, "accepted": [1, 1, 0, 2], "attention_mass": [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]}
@@ -244,7 +244,7 @@ def test_cli_errors_are_one_line_messages(capsys, tmp_path):
 def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(tmp_path):
     """The `transformers` label: a DynamicCache drafter through transformers' assisted loop, timed in the same run,
     with AL counted as new tokens per target forward; no retention, and the plot leaves it out."""
-    from rift_hf.cli import compare
+    from rift_hf.experiments.compare import compare
 
     result = compare(
         "tiny-random",
@@ -272,7 +272,8 @@ def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(t
 
 
 def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
-    from rift_hf.cli import main, regime_rows
+    from rift_hf.cli import main
+    from rift_hf.experiments.tables import regime_rows
 
     rows = [
         {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0},
@@ -292,7 +293,7 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     assert got["p", "continue"]["prompts"] == 1 and got["p", "continue"]["retention"] == pytest.approx(0.75)
     main(["table", str(tmp_path), "--plot"])
     assert (tmp_path / "retention.png").exists()
-    from rift_hf.cli import regime_wide_table
+    from rift_hf.experiments.tables import regime_wide_table
 
     wide = squeeze(regime_wide_table(tmp_path)).splitlines()
     assert wide[0] == "| policy | 4x repeat | 4x continue |"
@@ -321,7 +322,8 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
 
 
 def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_path):
-    from rift_hf.cli import main, regime_rows
+    from rift_hf.cli import main
+    from rift_hf.experiments.tables import regime_rows
 
     folders = []
     for tokens, al in ((1000, 6.0), (4000, 3.0)):  # E3: one folder per input length, the budget in tokens
@@ -355,7 +357,8 @@ def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_pat
 
 
 def test_staleness_table_of_a_replay_folder_splits_each_policy_and_regime(tmp_path):
-    from rift_hf.cli import main, staleness_rows
+    from rift_hf.cli import main
+    from rift_hf.experiments.tables import staleness_rows
 
     # 8 new tokens after a 10-token prompt; p's rounds emit 2, 2, 1, 3 tokens; the mass falls from 0.8 to 0.3.
     mass = [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]
@@ -394,7 +397,8 @@ def test_staleness_table_of_a_replay_folder_splits_each_policy_and_regime(tmp_pa
 def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
     """tokens/s = AL / (gamma x drafter ms per drafted token + verification ms); speed-up = tokens/s x target step.
     Timings match by nearest input length and budget (within 10%); a policy without one gets '-'."""
-    from rift_hf.cli import estimate_rows, main
+    from rift_hf.cli import main
+    from rift_hf.experiments.tables import estimate_rows
 
     rows = [
         {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0, "budget": None, "input_tokens": 4100},
@@ -468,11 +472,11 @@ def test_policy_labels_take_several_overrides():
 def test_compare_resume_reads_logged_generations_back_and_refuses_another_setting(tmp_path, monkeypatch):
     """`compare(..., resume=True)` continues a killed run: logged generations (with their token ids) are read back,
     only what is missing is generated, and the lossless checks still compare real outputs."""
-    import rift_hf.cli as cli
+    import rift_hf.experiments.compare as runner
 
     def run(policies, **kwargs):
         options = dict(summary_path=tmp_path / "s.json", tasks=("repeat",), resume=True)
-        return cli.compare("tiny-random", policies, 4.0, 96, 12, 1, 4, 8, 4, tmp_path, "float32", **options | kwargs)
+        return runner.compare("tiny-random", policies, 4.0, 96, 12, 1, 4, 8, 4, tmp_path, "float32", **options | kwargs)
 
     first = run(["full", "snapkv"], targets_dir=tmp_path / "targets")
     log = (tmp_path / "runs.jsonl").read_text().splitlines()
@@ -483,13 +487,13 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     # A kill mid-write: the cut line is dropped, that generation runs again.
     (tmp_path / "runs.jsonl").write_text("\n".join(log[:3]) + "\n" + log[3][: len(log[3]) // 2])
     generated = []
-    timed = cli._timed_generate
+    timed = runner._timed_generate
 
     def counting(model, ids, **kwargs):
         generated.append(kwargs.get("cache_config", {}).get("policy", "target"))
         return timed(model, ids, **kwargs)
 
-    monkeypatch.setattr(cli, "_timed_generate", counting)
+    monkeypatch.setattr(runner, "_timed_generate", counting)
     second = run(["full", "snapkv", "transformers"])
     assert generated == ["snapkv", "target"]  # snapkv's cut line, then transformers (its own loop, no cache_config)
     again = {r["policy"]: r for r in second["runs"]}
@@ -499,7 +503,7 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     assert again["snapkv"]["same_as_full_drafter"] is True and again["transformers"]["same_as_target"]
     assert "new_ids" not in again["full"]
     with pytest.raises(ValueError, match="new_tokens differ"):
-        cli.compare(
+        runner.compare(
             "tiny-random", ["full"], 4.0, 96, 16, 1, 4, 8, 4, tmp_path, "float32", tasks=("repeat",), resume=True
         )
     # Without resume the log starts afresh.
@@ -511,7 +515,7 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
 def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):
     """Rows are keyed by prompt name and checked against the prompt's token ids (another source set, or an edited
     prompt file, with the same names must not read them back)."""
-    from rift_hf.cli import RunLog
+    from rift_hf.experiments.records import RunLog
     from rift_hf.prompts import Prompt
 
     same = Prompt(name="repeat:x", task="repeat", input_ids=torch.tensor([[1, 2, 3]]))
@@ -525,7 +529,7 @@ def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):
 
 
 def test_speedup_by_regime_table_averages_each_regime_and_lists_its_prompts():
-    from rift_hf.cli import speedup_by_regime_table
+    from rift_hf.experiments.tables import speedup_by_regime_table
 
     runs = [
         {"prompt": f"{task}:{source}", "task": task, "policy": policy, "speedup": value}

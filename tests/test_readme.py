@@ -73,3 +73,23 @@ def test_the_first_screen_holds_what_install_and_the_quick_start():
     lines = README.read_text().splitlines()
     first = "\n".join(lines[:45])
     assert "pip install" in first and "<!-- quickstart -->" in first and "<!-- /quickstart -->" in first
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_links_into_headings_resolve():
+    root = README.parent
+    pages = [README, *sorted((root / "docs").glob("*.md"))]
+    checked = 0
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", page.read_text()):
+            if target.startswith("http"):
+                continue
+            linked = page if not target else page.parent / target
+            headings = re.findall(r"^#+ (.+)$", linked.read_text(), flags=re.M)
+            assert anchor in {_slug(h) for h in headings}, f"{page.name}: no heading for {target}#{anchor}"
+            checked += 1
+    assert checked >= 5  # the guide and the README link into results.md

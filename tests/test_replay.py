@@ -349,7 +349,7 @@ def test_replay_cli_on_your_own_prompts(tmp_path):
 def test_replay_reuses_the_full_cache_row_across_compressions(tmp_path, monkeypatch):
     import json
 
-    import rift_hf.replay as module
+    import rift_hf.experiments.replay_runs as module  # where the runner looks `replay` up
     from rift_hf.cli import main
 
     calls = []

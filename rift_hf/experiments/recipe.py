@@ -110,7 +110,7 @@ def proxy_agreement(draft, items, top_k, configs: dict[str, dict | None]) -> dic
     Teacher-forced agreement with the target: per named cache config (None: the full cache), the share of answer
     positions (after each item's `boundary`) where the drafter's argmax equals the target's (`top_k`'s first index).
     """
-    from .masks import compressed_attention_masks, masked_attention
+    from ..training.masks import compressed_attention_masks, masked_attention
 
     was_training = draft.training
     draft.eval()
@@ -229,9 +229,9 @@ def run(
 
     from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
-    from ..replay import replay_compare
-    from .distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
-    from .selection import alignment_loss, captured_attention, future_attention, selection_recall
+    from ..training.distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
+    from ..training.selection import alignment_loss, captured_attention, future_attention, selection_recall
+    from .replay_runs import replay_compare
 
     tick = time.perf_counter()
     compressions = checked_run(preset, compressions)

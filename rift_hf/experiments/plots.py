@@ -227,7 +227,7 @@ def plot_summary(records: list[dict], path: Path) -> Path:
 
 
 def plot_regimes(rows: list[dict], path: Path) -> Path:
-    """Per-prompt retention of every policy (`rift_hf.cli.regime_rows`), one panel per compression (or budget), one
+    """Per-prompt retention of every policy (`tables.regime_rows`), one panel per compression (or budget), one
     colour per regime, the mean as a bar outline."""
     import matplotlib
 
@@ -260,7 +260,7 @@ def plot_regimes(rows: list[dict], path: Path) -> Path:
 
 
 def plot_staleness(rows: list[dict], path: Path) -> Path:
-    """E2's picture (`rift_hf.cli.staleness_rows`): one row of panels per compression (or budget) and regime, AL and
+    """E2's picture (`tables.staleness_rows`): one row of panels per compression (or budget) and regime, AL and
     the kept share of full-cache attention mass over generation, one line per policy (`full` in black)."""
     import matplotlib
 
@@ -298,7 +298,7 @@ def plot_staleness(rows: list[dict], path: Path) -> Path:
 
 
 def plot_input_sweep(rows: list[dict], path: Path) -> Path:
-    """E3's picture: retention against input length (`rift_hf.cli.regime_rows` of several replay folders, one per input
+    """E3's picture: retention against input length (`tables.regime_rows` of several replay folders, one per input
     length), one panel per regime, one line per policy and budget, each prompt a dot."""
     import matplotlib
 

@@ -1,0 +1,261 @@
+"""`rift-hf compare`: policies side by side on a real model preset, by real generation (speed and AL)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+import rift_hf
+
+from .records import TRANSFORMERS, RunLog, machine, policy_config, summarise, update_summary
+from .tables import markdown_table
+
+LINEARS = ("torch", "weight-major")  # how small-batch linear layers are computed (`compare --linear`)
+DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval", "page-round")
+
+
+def _timed_generate(model, ids, **kwargs):
+    ids = ids.to(model.device)
+    tick = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, do_sample=False, **kwargs)
+    if out.device.type == "cuda":
+        torch.cuda.synchronize(out.device)
+    return out, time.perf_counter() - tick
+
+
+def compare(
+    preset: str,
+    policies,
+    compression: float,
+    input_tokens: int,
+    new_tokens: int,
+    per_task: int,
+    gamma: int,
+    window: int,
+    delta: int,
+    out_dir: Path,
+    dtype: str = "bfloat16",  # or "auto" (`rift_hf.models.resolve_dtype`; the CLI's default)
+    *,
+    experiment: str = "main",
+    extra: dict | None = None,
+    budget_tokens: int | None = None,
+    tasks: tuple[str, ...] | None = None,
+    sources="code",
+    models: tuple | None = None,
+    summary_path: Path | None = None,
+    reuse: dict | None = None,
+    resume: bool = False,
+    targets_dir: Path | None = None,
+    linear: str = "torch",
+) -> dict:
+    """
+    Run `policies` side by side on the same prompts; returns (and writes) the records.
+
+    A policy may carry a label after `@` with `key=value` overrides, e.g. `rift-dyn@delta=16` (E4's Δ sweep);
+    `extra` holds `RiftConfig` fields for every policy (e.g. `track_attention_mass`, ada thresholds);
+    `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
+    `(target, draft, tokenizer)`; `reuse`, a dict shared between calls, keeps every generation by (prompt, length,
+    config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
+    generating again (`full` ignores budget and Δ). Every generation is also appended to `<out_dir>/runs.jsonl` as it
+    finishes (with its new token ids); with `resume`, a run of the same setting reads those back, so a killed run
+    continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
+    `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
+    `linear="weight-major"` computes both models' small-batch linear layers as `weight @ x.T` on a CPU
+    (`rift_hf.cpu.weight_major_linear`; recorded in the settings). Replay's target outputs must come from torch's own
+    linear layers, so `targets_dir` with it is a ValueError.
+    """
+    from ..models import fix_draft_length, load_preset, resolve_dtype
+    from ..prompts import describe_sources, prompt_set
+
+    if linear not in LINEARS:
+        raise ValueError(f"linear must be one of {', '.join(LINEARS)}, got {linear!r}.")
+    if linear != "torch" and targets_dir is not None:
+        raise ValueError(
+            f"targets_dir saves target outputs for replay, which must come from torch's own linear layers, but "
+            f"linear={linear!r}: pass targets_dir=None, or linear='torch' to save them."
+        )
+    target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
+    dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
+    if linear == "weight-major":
+        from ..cpu import weight_major_linear
+
+        weight_major_linear(target)
+        weight_major_linear(draft)
+    fix_draft_length(target, draft, gamma=gamma)
+    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    settings = {
+        "preset": preset,
+        "compression": compression if budget_tokens is None else None,
+        "budget_tokens": budget_tokens,
+        "extra": extra or {},
+        "gamma": gamma,
+        "window": window,
+        "delta": delta,
+        "input_tokens": input_tokens,
+        "new_tokens": new_tokens,
+        "tasks": list(dict.fromkeys(p.task for p in prompts)),
+        "dtype": dtype,
+        "machine": machine(),
+        **({"linear": linear} if linear != "torch" else {}),
+    }
+    log = RunLog(out_dir / "runs.jsonl", settings, resume=resume)
+    runs = []
+    steps = len(prompts) * (len(policies) + 1)
+    with tqdm(total=steps, desc="compare") as bar:
+        for prompt in prompts:
+            gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+            prompt_key = (prompt.input_ids.cpu().numpy().tobytes(), new_tokens, gamma)
+            logged = log.get(prompt, "target")
+            if logged is None:
+                plain, plain_seconds, _ = _generate(reuse, (prompt_key, "target"), target, prompt.input_ids, **gen)
+                plain = plain.cpu()
+                log.add(prompt, {"prompt": prompt.name, "policy": "target", "seconds": plain_seconds}, plain)
+            else:
+                plain, plain_seconds = log.output(prompt, logged), logged["seconds"]
+            if targets_dir is not None:
+                _save_target_output(targets_dir, preset, target, prompt, plain, plain_seconds, new_tokens, dtype)
+            bar.update()
+            full_output = None
+            for policy in policies:
+                bar.set_postfix_str(f"{prompt.name} {policy}")
+                logged = log.get(prompt, policy)
+                if logged is not None:
+                    out = log.output(prompt, logged)
+                    run = {k: v for k, v in logged.items() if k not in ("new_ids", "prompt_sha")}
+                    run["same_as_target"] = bool(torch.equal(out, plain))
+                    if policy == "full":
+                        full_output = out
+                    elif "same_as_full_drafter" in run:
+                        same = None if full_output is None else bool(torch.equal(out, full_output))
+                        run["same_as_full_drafter"] = same
+                    runs.append(run)
+                    bar.update()
+                    continue
+                if policy == TRANSFORMERS:
+                    run, out = _transformers_run(target, draft, prompt, plain, plain_seconds, gen)
+                    runs.append(run)
+                    log.add(prompt, run, out)
+                    bar.update()
+                    continue
+                config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
+                same = {"policy": "full"} if config["policy"] == "full" else config
+                out, seconds, stats = _generate(
+                    reuse,
+                    (prompt_key, json.dumps(same, sort_keys=True)),
+                    target,
+                    prompt.input_ids,
+                    assistant_model=draft,
+                    cache_implementation="rift",
+                    cache_config=config,
+                    **gen,
+                )
+                out = out.cpu()
+                if policy == "full":
+                    full_output = out
+                runs.append(
+                    {
+                        "prompt": prompt.name,
+                        "task": prompt.task,
+                        "policy": policy,
+                        "input_tokens": prompt.tokens,
+                        "output_tokens": out.shape[1] - prompt.tokens,
+                        "budget": stats.budget,
+                        "al": stats.acceptance_length,
+                        "rounds": len(stats.rounds),
+                        "accepted": [r["accepted"] for r in stats.rounds],
+                        # Decode rounds only: the first round also holds the drafter's prefill.
+                        "draft_ms_per_token": stats.decode_ms_per_draft_token,
+                        "rescorings": len(stats.rescorings),
+                        "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
+                        "tokens_per_s": (out.shape[1] - prompt.tokens) / seconds,
+                        "speedup": plain_seconds / seconds,
+                        "same_as_target": bool(torch.equal(out, plain)),
+                        "same_as_full_drafter": None if full_output is None else bool(torch.equal(out, full_output)),
+                        "attention_mass": stats.attention_mass,
+                        "rescoring_events": stats.rescorings,
+                        "peak_kv_bytes": stats.peak_kv_bytes,
+                        "peak_store_bytes": stats.peak_store_bytes,
+                    }
+                )
+                log.add(prompt, runs[-1], out)
+                bar.update()
+    summary = summarise(runs, policies)
+    result = {
+        "experiment": experiment,
+        **settings,
+        "prompts": len(prompts),
+        "sources": describe_sources(sources),
+        "date": datetime.date.today().isoformat(),
+        "rift_hf": rift_hf.__version__,
+        "summary": summary,
+        "runs": runs,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    update_summary(result, experiment, summary_path or out_dir.parent / "summary.json")
+    from .plots import plot_compare
+
+    plot_compare(result, out_dir / "compare.png")
+    table = markdown_table(result)
+    (out_dir / "compare.md").write_text(table)
+    return result
+
+
+def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> tuple[dict, torch.Tensor]:
+    """transformers' own assisted generation (the drafter on a `DynamicCache`): speed, and AL as new tokens per target
+    forward (one forward per round)."""
+    forwards = []
+    handle = target.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        out, seconds = _timed_generate(target, prompt.input_ids, assistant_model=draft, **gen)
+    finally:
+        handle.remove()
+    out = out.cpu()
+    new = out.shape[1] - prompt.tokens
+    return {
+        "prompt": prompt.name,
+        "task": prompt.task,
+        "policy": TRANSFORMERS,
+        "input_tokens": prompt.tokens,
+        "output_tokens": new,
+        "al": new / len(forwards),
+        "rounds": len(forwards),
+        "tokens_per_s": new / seconds,
+        "speedup": plain_seconds / seconds,
+        "same_as_target": bool(torch.equal(out, plain)),
+    }, out
+
+
+def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds: float, new_tokens: int, dtype: str):
+    """The target-alone generation of `compare` (greedy, `new_tokens` forced) as replay's cached target output."""
+    from ..replay import TargetOutput, _eos_ids, save_target_output, target_output_path
+
+    path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, dtype)
+    if not path.exists():
+        record = TargetOutput(
+            prompt_ids=prompt.input_ids.cpu(),
+            output_ids=plain[:, prompt.tokens :],
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            eos_token_id=_eos_ids(target.generation_config),
+            pad_token_id=target.generation_config.pad_token_id,
+            seconds=seconds,
+        )
+        save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=dtype, by="rift-hf compare")
+
+
+def _generate(memo: dict | None, key, model, ids, **kwargs):
+    """`_timed_generate` plus the run's `RiftStats`, kept in `memo` under `key` (and read back from it) when given."""
+    if memo is not None and key in memo:
+        return memo[key]
+    out, seconds = _timed_generate(model, ids, **kwargs)
+    result = out, seconds, rift_hf.last_stats(model) if "assistant_model" in kwargs else None
+    if memo is not None:
+        memo[key] = result
+    return result

@@ -1,0 +1,239 @@
+"""What every experiment writes: the machine line, the resume log of `compare`, per-policy summaries through the
+acceptance-length metric, and `summary.json` upkeep."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from ..config import policy_settings
+
+# A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
+TRANSFORMERS = "transformers"
+METRIC = Path(__file__).resolve().parent.parent / "metrics" / "acceptance_length"
+SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads (CPU)"
+
+
+class RunLog:
+    """
+    `compare`'s generations as they finish, one JSON line each after a first line with the run's setting; each line
+    keeps its record, the prompt's digest and the new token ids (`new_ids`), so the lossless checks hold for runs read
+    back. `resume` reads a log of the same setting back (another setting is refused: say another folder); a row is
+    reused only for the same prompt (name and token ids), so a run with other sources can share the log. Without
+    `resume` a log starts afresh. A line cut by a kill is dropped.
+    """
+
+    def __init__(self, path: Path, settings: dict, *, resume: bool):
+        self.path, self.rows = Path(path), {}
+        settings = json.loads(json.dumps(settings))  # as it reads back (tuples become lists)
+        if resume and self.path.exists():
+            lines = self.path.read_text().splitlines()
+            held = json.loads(lines[0]) if lines else None
+            if held != settings:
+                differ = sorted(k for k in settings if (held or {}).get(k) != settings[k])
+                raise ValueError(
+                    f"{self.path} logs a run with another setting ({', '.join(differ)} differ); pass another --out, "
+                    "or leave out --resume to start it afresh."
+                )
+            for line in lines[1:]:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # cut by a kill: written again below without it
+                    break
+                self.rows[row["prompt"], row["policy"]] = row
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [settings, *self.rows.values()]
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+
+    def get(self, prompt, label: str) -> dict | None:
+        from ..replay import prompt_digest
+
+        row = self.rows.get((prompt.name, label))
+        return row if row is not None and row.get("prompt_sha") == prompt_digest(prompt.input_ids) else None
+
+    def output(self, prompt, row: dict) -> torch.Tensor:
+        """The whole sequence (prompt + new tokens) a logged row generated."""
+        new = torch.tensor([row["new_ids"]], dtype=prompt.input_ids.dtype)
+        return torch.cat([prompt.input_ids.cpu(), new], dim=1)
+
+    def add(self, prompt, record: dict, output: torch.Tensor) -> None:
+        from ..replay import prompt_digest
+
+        row = {**record, "prompt_sha": prompt_digest(prompt.input_ids), "new_ids": output[0, prompt.tokens :].tolist()}
+        self.rows[prompt.name, record["policy"]] = row
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def summarise(runs: list[dict], policies) -> list[dict]:
+    """Per-policy summary of per-prompt rows (AL and retention through the acceptance-length metric); each row gets
+    its `retention`. Timing fields are None where the rows have none (replay)."""
+    import evaluate
+
+    metric = evaluate.load(str(METRIC))
+    reference = {r["prompt"]: r["accepted"] for r in runs if r["policy"] == "full"}
+    summary = []
+    for policy in policies:
+        rows = [r for r in runs if r["policy"] == policy]
+        if policy == TRANSFORMERS:  # no per-round record: AL from the target's forwards, no retention
+            summary.append(
+                {
+                    "policy": policy,
+                    "al": column_mean(rows, "al"),
+                    **dict.fromkeys(("retention", "retention_mean", "retention_min", "retention_max")),
+                    "draft_ms_per_token": None,
+                    "rescore_share": None,
+                    "tokens_per_s": column_mean(rows, "tokens_per_s"),
+                    "speedup": column_mean(rows, "speedup"),
+                    "lossless": None,  # its rows say whether the output equals the target's (`same_as_target`)
+                }
+            )
+            continue
+        scores = metric.compute(
+            accepted=[r["accepted"] for r in rows], reference_accepted=[reference[r["prompt"]] for r in rows]
+        )
+        for row, ratio in zip(rows, scores["retention_per_request"], strict=True):
+            row["retention"] = ratio
+        summary.append(
+            {
+                "policy": policy,
+                "al": scores["acceptance_length"],
+                "retention": scores["retention"],
+                "retention_mean": statistics.mean(scores["retention_per_request"]),
+                "retention_min": scores["retention_min"],
+                "retention_max": scores["retention_max"],
+                "draft_ms_per_token": column_mean(rows, "draft_ms_per_token"),
+                "rescore_share": column_mean(rows, "rescore_share"),
+                "tokens_per_s": column_mean(rows, "tokens_per_s"),
+                "speedup": column_mean(rows, "speedup"),
+                # None where nothing was generated (replay): there is no output to compare.
+                "lossless": None
+                if all("same_as_full_drafter" not in r for r in rows)
+                else all(r.get("same_as_full_drafter") in (True, None) for r in rows),
+            }
+        )
+    return summary
+
+
+def policy_config(label: str, budget, window: int, delta: int, extra: dict | None) -> dict:
+    """`rift-dyn@delta=16` -> `{"policy": "rift-dyn", ..., "delta": 16}` (values parsed as JSON where possible).
+    Measurements draft a fixed length (`draft_length="fixed"`, as acceptance is measured); `@draft_length=auto` asks
+    for the cost-aware length of the default settings."""
+    policy, _, overrides = label.partition("@")
+    # The run's window, delta and extra fields go to the policies that read them (the others refuse a field they
+    # ignore); a label's own overrides go as written.
+    shared = {"budget": budget, "window": window, "delta": delta, "draft_length": "fixed", **(extra or {})}
+    config = policy_settings(policy, shared)
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            config[key] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key] = value
+    return config
+
+
+def column_mean(rows: list[dict], key: str, scale: float = 1.0):
+    values = [r.get(key) for r in rows]
+    return None if not values or None in values else statistics.mean(values) / scale
+
+
+def staleness(rows: list[dict], new_tokens: int) -> dict:
+    """AL of the rounds starting in the first vs second half of the output, and the attention-mass share on kept
+    positions in the first vs last quarter of it (None where not tracked), averaged over `rows` (one per prompt)."""
+    halves: tuple[list, list] = ([], [])
+    quarters: tuple[list, list] = ([], [])
+    for r in rows:
+        position = 0
+        for accepted in r.get("accepted", []):
+            halves[position >= new_tokens // 2].append(accepted + 1)
+            position += accepted + 1
+        for position, share in r.get("attention_mass") or []:
+            offset = position - r["input_tokens"]
+            if offset < new_tokens // 4 or offset >= new_tokens - new_tokens // 4:
+                quarters[offset >= new_tokens // 4].append(share)
+    return {
+        "al_early": statistics.mean(halves[0]) if halves[0] else None,
+        "al_late": statistics.mean(halves[1]) if halves[1] else None,
+        "mass_early": statistics.mean(quarters[0]) if quarters[0] else None,
+        "mass_late": statistics.mean(quarters[1]) if quarters[1] else None,
+    }
+
+
+def retention_spread(result: dict, policy: str) -> dict:
+    """Per-prompt retention (min, median, max) of `policy`, and its retention per task (ratio of mean ALs)."""
+    rows = [r for r in result["runs"] if r.get("policy") == policy]
+    per_prompt = [r["retention"] for r in rows if r.get("retention") is not None]
+    by_task = {}
+    for task in dict.fromkeys(r["task"] for r in rows if r.get("task")):
+        full = [r["al"] for r in result["runs"] if r.get("policy") == "full" and r.get("task") == task]
+        if full:
+            mine = [r["al"] for r in rows if r.get("task") == task]
+            by_task[task] = statistics.mean(mine) / statistics.mean(full)
+    return {
+        "retention_min": min(per_prompt) if per_prompt else None,
+        "retention_median": statistics.median(per_prompt) if per_prompt else None,
+        "retention_max": max(per_prompt) if per_prompt else None,
+        "retention_by_task": by_task or None,
+    }
+
+
+def update_summary(result: dict, experiment: str, path: Path) -> None:
+    """Upsert one record per (experiment, preset, policy, compression, input, output) into `summary.json`.
+
+    A record already there is replaced in place (the file keeps the order runs were first recorded)."""
+    records = json.loads(path.read_text()) if path.exists() else []
+    input_tokens = round(statistics.mean(r["input_tokens"] for r in result["runs"]))
+    for s in result["summary"]:
+        rows = [r for r in result["runs"] if r.get("policy") == s["policy"]]
+        record = {
+            "experiment": experiment,
+            "method": result.get("method", "generate"),
+            "preset": result["preset"],
+            "policy": s["policy"],
+            "compression": result["compression"] or round(input_tokens / result["budget_tokens"], 2),
+            "input_tokens": input_tokens,
+            "output_tokens": result["new_tokens"],
+            "al": s["al"],
+            "retention": s["retention"],
+            **retention_spread(result, s["policy"]),
+            "draft_ms_per_token": s["draft_ms_per_token"],
+            "rescore_share": s["rescore_share"],
+            "rescorings": column_mean(rows, "rescorings"),
+            "peak_kv_mib": column_mean(rows, "peak_kv_bytes", 2**20),
+            "peak_store_mib": column_mean(rows, "peak_store_bytes", 2**20),
+            "speedup": column_mean(rows, "speedup"),
+            **staleness(rows, result["new_tokens"]),
+            "date": result["date"],
+            "machine": result["machine"],
+            "dtype": result["dtype"],
+            "prompts": result["prompts"],
+            "sources": result.get("sources"),  # e.g. "broad-eval": the half of the broad set the record is from
+            "prompts_by_task": dict(Counter(r["task"] for r in rows if r.get("task"))) or None,
+        }
+        key = tuple(record[k] for k in SUMMARY_KEYS)
+        keys = [tuple(r.get(k, "generate" if k == "method" else None) for k in SUMMARY_KEYS) for r in records]
+        if key in keys:
+            records[keys.index(key)] = record
+        else:
+            records.append(record)
+    path.write_text(json.dumps(records, indent=2) + "\n")
+
+
+def rebuild_summary(path: Path) -> list[dict]:
+    """Re-derive every record of `summary.json` from the `compare.json` files under its folder (order kept)."""
+    for result_path in sorted(path.parent.rglob("compare.json")):
+        result = json.loads(result_path.read_text())
+        update_summary(result, result.get("experiment", "main"), path)
+    return json.loads(path.read_text())

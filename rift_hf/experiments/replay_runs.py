@@ -1,0 +1,237 @@
+"""`rift-hf replay`: the records of `compare` (AL, retention and its spread, rescorings, peak KV) measured by exact
+replay of cached target outputs (`rift_hf.replay`), resumable row by row."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from ..config import RiftConfig
+from ..generation.candidate import use_rift_attention
+from ..prefill import load_prefill_file, prefill_folder
+from ..replay import (
+    cached_target_output,
+    capture_prefill,
+    load_target_output,
+    replay,
+    save_target_output,
+    target_output,
+    target_output_path,
+)
+from .records import machine, policy_config, summarise, update_summary
+from .tables import markdown_table
+
+
+def replay_models(preset: str, dtype: str = "float32") -> tuple:
+    """
+    `(target or None, drafter, tokenizer)` for `replay_compare(models=...)`: a real preset's drafter in `dtype` and its
+    tokenizer, the target left unloaded (it loads only if a target output is missing); other presets (tiny-random)
+    load both in `dtype`.
+    """
+    from ..models import PRESETS, load_model, load_preset
+
+    if preset not in PRESETS:
+        return load_preset(preset, dtype=getattr(torch, dtype))
+    from transformers import AutoTokenizer
+
+    from ..models import ensure_local
+
+    target_spec, draft_spec = PRESETS[preset]
+    return None, load_model(draft_spec, getattr(torch, dtype)), AutoTokenizer.from_pretrained(ensure_local(target_spec))
+
+
+def replay_compare(
+    preset: str,
+    policies,
+    compressions,
+    input_tokens: int,
+    new_tokens: int,
+    per_task: int,
+    gamma: int,
+    window: int,
+    delta: int,
+    out_dir: Path,
+    *,
+    dtype: str = "float32",
+    target_dtype: str = "bfloat16",
+    targets_dir: Path = Path("benchmarks/results/targets"),
+    tasks: tuple[str, ...] | None = None,
+    sources="code",
+    experiment: str = "E1",
+    summary_path: Path | None = None,
+    extra: dict | None = None,
+    models: tuple | None = None,
+    cached_only: bool = False,
+    budget_tokens: int | None = None,
+    prefills: Path | None = None,
+) -> list[dict]:
+    """
+    `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
+
+    Target outputs are read from (or computed once into) `targets_dir`, keyed by preset, prompt, length and dtype.
+    Every replayed (compression, prompt, policy) is appended to `<out_dir>/<compression>x/rows.jsonl` as it finishes,
+    so a killed run continues where it stopped. The drafter's prompt forward runs once per prompt and is shared by
+    every policy (`capture_prefill`; all policies then use the "rift" attention backend when any policy scores).
+    One `compare.json` per compression is written (`"method": "replay"`),
+    and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
+    time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts
+    whose target output is not cached yet are left out (and named) instead of computed. With `budget_tokens`, the budget
+    is that many tokens for every prompt (E3's fixed budget across input lengths) instead of `1/compression` of it:
+    `compressions` is then ignored and the rows go to `<out_dir>/<budget_tokens>tok/`. With `prefills`, the drafter's
+    prompt forward is read from a prompt cache saved there (`rift_hf.prefill.prefill_folder`) where one exists.
+    """
+    from tqdm.auto import tqdm
+
+    from ..models import PRESETS, fix_draft_length, load_model
+    from ..prompts import describe_sources, prompt_set
+
+    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)):
+        raise TypeError(f"budget_tokens must be an int (tokens kept per layer) or None, got {budget_tokens!r}.")
+    # A size is a compression (budget = 1/size of the prompt) or, with budget_tokens, the budget itself in tokens.
+    sizes = [budget_tokens] if budget_tokens is not None else list(compressions)
+
+    def folder(size) -> str:
+        return f"{size}tok" if budget_tokens is not None else f"{size:g}x"
+
+    target, draft, tokenizer = replay_models(preset, dtype) if models is None else models
+    fix_draft_length(draft, gamma=gamma)
+    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    records = []
+    cached = {p.name: cached_target_output(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype)
+              for p in prompts}  # fmt: skip
+    if cached_only:
+        missing = [p.name for p in prompts if cached[p.name] is None]
+        if missing:
+            print(f"replay: no cached target output yet for {', '.join(missing)}; left out (--cached-only)")
+        prompts = [p for p in prompts if p.name not in missing]
+        if not prompts:
+            raise ValueError(f"No prompt has a cached target output under {targets_dir}; run without --cached-only.")
+    for prompt in prompts:
+        record = cached[prompt.name]
+        if record is None:
+            path = target_output_path(targets_dir, preset, prompt.name, prompt.input_ids, new_tokens, target_dtype)
+            if target is None:
+                target = load_model(PRESETS[preset][0], getattr(torch, target_dtype))
+            record = target_output(target, prompt.input_ids, new_tokens, min_new_tokens=new_tokens)
+            save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=target_dtype)
+            record = load_target_output(path, prompt.input_ids)
+        records.append(record)
+    configs = {
+        (size, policy): RiftConfig.coerce(
+            policy_config(policy, size if budget_tokens is not None else 1.0 / size, window, delta, extra)
+        )
+        for size in sizes
+        for policy in policies
+    }
+    # One attention backend for every policy, so that all of them can start from one recorded prefill per prompt.
+    scored = next((c for c in configs.values() if c.is_scored or c.track_attention_mass), None)
+    if scored is not None:
+        use_rift_attention(draft, scored)
+    largest_window = max(c.window for c in configs.values())
+    done: dict[float, dict] = {}
+    for size in sizes:
+        done[size] = {}
+        rows_path = Path(out_dir) / folder(size) / "rows.jsonl"
+        if rows_path.exists():
+            for line in rows_path.read_text().splitlines():
+                row = json.loads(line)
+                done[size][row["prompt"], row["policy"]] = row
+    # Regimes interleaved (the first prompt of each task, then the second ...), so a partial run covers them all.
+    rank = {p.name: sum(q.task == p.task for q in prompts[:i]) for i, p in enumerate(prompts)}
+    todo = [
+        (prompt, record, compression, policy)
+        for prompt, record in sorted(zip(prompts, records, strict=True), key=lambda pair: rank[pair[0].name])
+        for compression in sizes
+        for policy in policies
+        if (prompt.name, policy) not in done[compression]
+    ]
+    prefill, prefill_of = None, None  # one prompt's recorded prefill at a time (~100s of MB at 4K tokens)
+    for prompt, record, compression, policy in tqdm(todo, desc="replay"):
+        # An uncompressed cache does not depend on the compression: its row at another compression is reused.
+        same = [done[c][prompt.name, policy] for c in sizes if (prompt.name, policy) in done[c]]
+        if same and not configs[compression, policy].policy_object.compresses:
+            row = same[0]
+        else:
+            if prefill_of != prompt.name:
+                prefill, prefill_of = None, prompt.name
+                saved = None if prefills is None else prefill_folder(prefills, preset, prompt, draft.dtype)
+                if saved is not None and (saved / "draft.safetensors").is_file():
+                    prefill = load_prefill_file(saved / "draft.safetensors", draft.device)[0]
+                if prefill is None or not prefill.serves(draft, largest_window):
+                    prefill = capture_prefill(draft, record, largest_window)
+            tick = time.perf_counter()
+            stats = replay(draft, record, configs[compression, policy], prefill=prefill)
+            row = {
+                "prompt": prompt.name,
+                "task": prompt.task,
+                "policy": policy,
+                "input_tokens": prompt.tokens,
+                "output_tokens": record.output_ids.shape[1],
+                "budget": stats.budget,
+                "al": stats.acceptance_length,
+                "rounds": len(stats.rounds),
+                "accepted": [r["accepted"] for r in stats.rounds],
+                "rescorings": len(stats.rescorings),
+                "rescoring_events": stats.rescorings,
+                "attention_mass": stats.attention_mass,
+                "peak_kv_bytes": stats.peak_kv_bytes,
+                "peak_store_bytes": stats.peak_store_bytes,
+                "replay_seconds": time.perf_counter() - tick,
+            }
+        rows_path = Path(out_dir) / folder(compression) / "rows.jsonl"
+        rows_path.parent.mkdir(parents=True, exist_ok=True)
+        with rows_path.open("a") as handle:
+            handle.write(json.dumps(row) + "\n")
+        done[compression][prompt.name, policy] = row
+    results = []
+    added = {compression for _, _, compression, _ in todo}
+    for compression in sizes:
+        run_dir = Path(out_dir) / folder(compression)
+        if compression not in added and (run_dir / "compare.json").is_file():
+            # Nothing new: the folder's own compare.json stands if it holds every row asked for (re-rendering it would
+            # stamp its rows with this run's machine and date).
+            existing = json.loads((run_dir / "compare.json").read_text())
+            if {(p.name, q) for p in prompts for q in policies} <= {
+                (r["prompt"], r["policy"]) for r in existing["runs"]
+            }:
+                results.append(existing)
+                continue
+        # The policies asked for, then any other one the folder already holds for every prompt (a run that continues
+        # a folder with fewer policies must not drop the others from compare.json).
+        held = dict.fromkeys(policy for _, policy in done[compression])
+        kept = [
+            *policies,
+            *(q for q in held if q not in policies and all((p.name, q) in done[compression] for p in prompts)),
+        ]
+        runs = [done[compression][p.name, policy] for p in prompts for policy in kept]
+        result = {
+            "experiment": experiment,
+            "method": "replay",
+            "preset": preset,
+            "compression": None if budget_tokens is not None else compression,
+            "budget_tokens": budget_tokens,
+            "extra": extra or {},
+            "gamma": gamma,
+            "window": window,
+            "delta": delta,
+            "input_tokens": input_tokens,
+            "new_tokens": new_tokens,
+            "prompts": len(prompts),
+            "tasks": list(dict.fromkeys(p.task for p in prompts)),
+            "sources": describe_sources(sources),
+            "dtype": f"drafter {dtype}, target {target_dtype}",
+            "machine": machine(),
+            "date": datetime.date.today().isoformat(),
+            "summary": summarise(runs, kept),
+            "runs": runs,
+        }
+        (run_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+        (run_dir / "compare.md").write_text(markdown_table(result))
+        if summary_path is not None:
+            update_summary(result, experiment, summary_path)
+        results.append(result)
+    return results

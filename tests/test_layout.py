@@ -1,0 +1,67 @@
+"""The library and the lab apart: nothing a user imports (config, policies, storage, cache, attention, kernels,
+generation, replay, prefill, training) imports the command line, the experiment machinery, the demo, the real-model
+presets or the prompt sets; the layout is read from the sources, so a new import that breaks it fails here."""
+
+import ast
+from pathlib import Path
+
+import rift_hf
+
+PACKAGE = Path(rift_hf.__file__).parent
+# The faces: what runs and records experiments, and what a user drives from outside Python.
+LAB = ("rift_hf.cli", "rift_hf.experiments", "rift_hf.demo", "rift_hf.models", "rift_hf.prompts", "rift_hf.hub")
+
+
+def _module(path: Path) -> tuple[str, list[str]]:
+    parts = ["rift_hf", *path.relative_to(PACKAGE).with_suffix("").parts]
+    package = parts[:-1]
+    if parts[-1] == "__init__":
+        parts = package = parts[:-1]
+    return ".".join(parts), package
+
+
+def _imports(path: Path) -> set[str]:
+    _, package = _module(path)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)  # `from . import cli`
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _in(name: str, packages) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_library_never_imports_the_lab():
+    library = [p for p in PACKAGE.rglob("*.py") if not _in(_module(p)[0], LAB)]
+    assert len(library) > 20  # the walk found the package (and its kernels)
+    crossings = {f"{_module(path)[0]} imports {name}" for path in library for name in _imports(path) if _in(name, LAB)}
+    assert not crossings, sorted(crossings)
+
+
+def test_the_experiments_are_where_the_cli_finds_them():
+    cli = _imports(PACKAGE / "cli.py")
+    assert {"rift_hf.experiments.compare", "rift_hf.experiments.tables", "rift_hf.experiments.replay_runs"} <= cli
+    assert not (PACKAGE.parent / "kernels" / "__init__.py").exists()  # would shadow Hugging Face's `kernels`
+
+
+def test_every_import_of_the_package_names_a_module_that_exists():
+    """Imports inside functions run only when their branch does; a moved module must not leave one dangling."""
+    import importlib.util
+
+    missing = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("rift_hf")):
+                _, package = _module(path)
+                base = package[: len(package) - (node.level - 1)] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                if importlib.util.find_spec(name) is None:
+                    missing.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
+    assert not missing, missing
