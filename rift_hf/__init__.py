@@ -9,7 +9,7 @@ _check_transformers()  # before anything touches transformers' private generate 
 
 # ruff: noqa: E402
 from . import attention as _attention
-from .cache import RiftCache, RiftLayer, RiftStateLayer
+from .cache import RiftCache, RiftLayer, RiftRetrievalLayer, RiftStateLayer, RiftStoreLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset
 from .cpu import weight_major_linear
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
@@ -44,7 +44,9 @@ __all__ = [
     "RiftCandidateGenerator",
     "RiftConfig",
     "RiftLayer",
+    "RiftRetrievalLayer",
     "RiftStateLayer",
+    "RiftStoreLayer",
     "RiftStats",
     "Policy",
     "SelectionHead",

@@ -53,20 +53,25 @@ _STATE_TYPES = ("linear_attention", "conv")
 
 class RiftLayer(CacheLayerMixin):
     """
-    A full-attention cache layer compressed to `budget` past entries per KV head.
+    A full-attention cache layer compressed to `budget` past entries per KV head, for the policies that select once,
+    from the prompt's scores (`snapkv`, `rift-stat`, `rift-stat-block`; `swa` selects nothing). The cache picks the
+    class by the policy: `RiftStoreLayer` (a full store, re-selected from) and `RiftRetrievalLayer` (every token kept,
+    each query attends its own pages) change what a commit does.
 
     Storage (`rift_hf.storage`) is kept apart from the policy (`cache.policy`): `working` is the `WorkingSet` the
     attention reads (`keys`/`values` `[B, H_kv, N, D]` and their absolute `positions` `[H_kv, N]` are views of its
     used rows), laid out as sinks and selection, a ring for the recent window, then the rows written since the last
-    commit. Until the first compression the ring is unbounded (every token is kept in order). With a store policy
-    (`rift-dyn`, `rift-ada`) or the attention-mass measurement, `store` keeps every token (possibly on another device;
-    `store_keys`/`store_values` are views of it). A commit of k verified tokens writes k rows; only a new selection
-    (the first one, or a rescoring) rebuilds the working set.
+    commit. Until the first compression the ring is unbounded (every token is kept in order). With a store policy or
+    the attention-mass measurement, `store` keeps every token (possibly on another device; `store_keys`/`store_values`
+    are views of it). A commit of k verified tokens writes k rows; only a new selection (the first one, or a
+    rescoring) rebuilds the working set.
     """
 
     is_croppable = True
     # Rows reserved past the budget for the tokens of one drafting round (a longer round grows the buffer).
     HEADROOM = 32
+    # Whether the first selection comes from the prompt's own scores (taken in `observe` at prefill).
+    SCORES_PROMPT = True
 
     def __init__(self, cache: RiftCache, layer_idx: int):
         super().__init__()
@@ -126,8 +131,8 @@ class RiftLayer(CacheLayerMixin):
 
     @property
     def retrieving(self) -> bool:
-        """Whether each new query attends its own rows, chosen by the policy (a retrieval policy, once compressed)."""
-        return self.compressed and self.cache.policy.retrieves
+        """Whether each new query attends its own rows, chosen by the policy (`RiftRetrievalLayer`, once compressed)."""
+        return False
 
     @property
     def attended_positions(self) -> torch.Tensor | None:
@@ -255,8 +260,7 @@ class RiftLayer(CacheLayerMixin):
         # whole observation window, so a 2-token re-feed never replaces the prompt's scores.
         if (
             config.is_scored
-            and not self.cache.policy.retrieves
-            and not self.cache.policy.keeps_store  # a store policy's first selection is a rescoring
+            and self.SCORES_PROMPT
             and self.selected is None
             and self.stored == self.seen
             and q >= min(config.window, self.seen)
@@ -289,40 +293,30 @@ class RiftLayer(CacheLayerMixin):
         shares = (probs * kept[None, :, None]).sum(-1).mean(dim=(0, 1, 2))  # [q]
         self.mass_log.extend(zip(range(first, length), shares.tolist(), strict=True))
 
-    def drift_summary(self) -> torch.Tensor | None:
-        """Mean recent query over heads and positions, L2-normalised: `[D]`."""
-        if self.queries is None or self.queries.shape[2] == 0:
-            return None
-        mean = self.queries[:, :, -self.cache.config.window :].float().mean(dim=(0, 1, 2))
-        return mean / mean.norm().clamp_min(1e-12)
-
     def commit(self, rescore: bool, selected: torch.Tensor | None = None) -> None:
         """Everything stored is verified: evict what the policy does not keep; rescore if the schedule says so (with
         `selected` as the new selection when the cache chose it for every layer at once)."""
         cache = self.cache
         self.recent_queries.trim(cache.config.window)
-        if self.is_initialized and self.seen > cache.budget and cache.policy.retrieves:
-            # Nothing is evicted: the working set keeps every token; the new whole pages get their summaries.
-            self.working.commit()
-            self._summarise_pages(self.working, self.working.committed)
-            self.compressed = True
-        elif self.is_initialized and self.seen > cache.budget:
-            if not self.compressed:
-                # Store policies make their first selection like a rescoring (the last w queries over the store),
-                # which right after prefill is exactly SnapKV on the prompt; the others use the prompt's scores.
-                if cache.policy.keeps_store:
-                    rescore = True
-                else:
-                    self._compress_prompt()
-            if rescore:
-                self._rescore(selected)
-            else:
-                self.working.commit()
+        if self.is_initialized and self.seen > cache.budget:
+            self._commit_compressed(rescore, selected)
         elif self.is_initialized:
             self.working.commit()
         if isinstance(self.store, QuantizedRows):
             self.store.commit(self.seen)
         self.committed = self.stored
+
+    def _commit_compressed(self, rescore: bool, selected: torch.Tensor | None) -> None:
+        """A commit past the budget: the first one selects from the prompt's scores; later ones keep the selection
+        (these policies never rescore)."""
+        if rescore:
+            raise ValueError(
+                f"Policy {self.cache.config.policy!r} refreshes its selection but keeps no store to re-select from; "
+                "give the policy class `keeps_store = True` (or a schedule that never refreshes)."
+            )
+        if not self.compressed:
+            self._compress_prompt()
+        self.working.commit()
 
     def _summarise_pages(self, rows, committed: int) -> None:
         """Append the policy's summary of every whole page among the first `committed` rows of `rows` (row =
@@ -339,14 +333,6 @@ class RiftLayer(CacheLayerMixin):
         if self.pages is None:
             self.pages = Rows(summaries, whole + self.HEADROOM, with_values=False)
         self.pages.append(summaries, None)
-
-    def retrieve(self, query: torch.Tensor, scale: float) -> torch.Tensor:
-        """The rows each new query attends, `[B, H_kv, L, budget]` (a retrieval policy's `retrieve`)."""
-        cache = self.cache
-        first = self.seen - query.shape[2]
-        index = cache.policy.retrieve(query, self.pages.used_keys, first, scale, cache.recent, cache.n_select)
-        self.retrieved = index
-        return index
 
     def _recent(self) -> int:
         cache = self.cache
@@ -372,37 +358,6 @@ class RiftLayer(CacheLayerMixin):
             self.selected = cache.policy.select(self.prefill_scores[None], cache.config.n_sink, hi, cache.n_select)
         # Until now every token is stored at its own row, so positions index the rows.
         self._build(self.working.keys, self.working.values)
-
-    def _rescore(self, selected: torch.Tensor | None = None) -> None:
-        """Re-select from the whole store with the last `w` queries (or take `selected`, chosen by the cache for every
-        layer at once: `RiftCache._select_pages_stacked`), and rebuild the working set from it."""
-        config = self.cache.config
-        if self.queries is None or self.queries.shape[2] == 0:
-            raise RuntimeError(
-                f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
-                "attn_implementation='rift' after `import rift_hf`."
-            )
-        policy, hi = self.cache.policy, self.seen - self._recent()
-        if selected is not None:
-            self.selected = selected
-        elif policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
-            self._summarise_pages(self.store, self.seen)
-            pages, count = self.pages.used_keys, self.cache.n_select
-            query = self.cache.scoring_query(self.layer_idx, self.queries)
-            self.selected = policy.select_pages(query, pages, self.scale, config.n_sink, hi, count)
-        else:
-            query = self.cache.scoring_query(self.layer_idx, self.queries)
-            keys = self.store.used_keys  # every stored key (dequantised, from a quantised store)
-            scores = policy.score(query, keys.to(query.device), self.scale, self.sinks)
-            self.selected = policy.select(scores, config.n_sink, hi, self.cache.n_select)
-        if self.indexed:
-            self._build(None, None)
-        elif isinstance(self.store, QuantizedRows):
-            self._build(None, None, gather=self.store.gather)  # only the kept rows are dequantised
-        else:
-            self._build(self.store.used_keys, self.store.used_values)
-        if self.cache.schedule.logs_drift:
-            self.drift_reference = self.drift_summary()
 
     def _build(self, keys: torch.Tensor | None, values: torch.Tensor | None, gather=None) -> None:
         """Lay out sinks, the selection and the recent window from rows `keys`/`values` (row = position), or from
@@ -435,6 +390,89 @@ class RiftLayer(CacheLayerMixin):
             index, positions = torch.arange(index.shape[-1], device=device).expand(heads, -1), index
         self.working.build(keys, values, index, n_sink + selected.shape[-1], ring, self.HEADROOM, positions)
         self.compressed = True
+
+
+class RiftStoreLayer(RiftLayer):
+    """
+    A layer of a store policy (`rift-dyn`, `rift-ada`, `page-ahead`, `page-round`): `store` keeps every token (full
+    precision or quantised, `store_dtype`; on another device with `store_device`; attended in place with
+    `attend_in_place`), and the working set is re-selected from it when the policy's schedule says so. The first
+    selection is made like a rescoring (the last `window` queries over the store), which right after the prefill is
+    exactly SnapKV on the prompt.
+    """
+
+    SCORES_PROMPT = False
+
+    def _commit_compressed(self, rescore: bool, selected: torch.Tensor | None) -> None:
+        if rescore or not self.compressed:
+            self._rescore(selected)
+        else:
+            self.working.commit()
+
+    def drift_summary(self) -> torch.Tensor | None:
+        """Mean recent query over heads and positions, L2-normalised: `[D]`."""
+        if self.queries is None or self.queries.shape[2] == 0:
+            return None
+        mean = self.queries[:, :, -self.cache.config.window :].float().mean(dim=(0, 1, 2))
+        return mean / mean.norm().clamp_min(1e-12)
+
+    def _rescore(self, selected: torch.Tensor | None = None) -> None:
+        """Re-select from the whole store with the last `w` queries (or take `selected`, chosen by the cache for every
+        layer at once: `RiftCache._select_pages_stacked`), and rebuild the working set from it."""
+        config = self.cache.config
+        if self.queries is None or self.queries.shape[2] == 0:
+            raise RuntimeError(
+                f"{config.policy} rescoring needs the recent queries of layer {self.layer_idx}: load the drafter with "
+                "attn_implementation='rift' after `import rift_hf`."
+            )
+        policy, hi = self.cache.policy, self.seen - self._recent()
+        if selected is not None:
+            self.selected = selected
+        elif policy.summarises_pages:  # pages scored from their summaries, kept up to date at every refresh
+            self._summarise_pages(self.store, self.seen)
+            pages, count = self.pages.used_keys, self.cache.n_select
+            query = self.cache.scoring_query(self.layer_idx, self.queries)
+            self.selected = policy.select_pages(query, pages, self.scale, config.n_sink, hi, count)
+        else:
+            query = self.cache.scoring_query(self.layer_idx, self.queries)
+            keys = self.store.used_keys  # every stored key (dequantised, from a quantised store)
+            scores = policy.score(query, keys.to(query.device), self.scale, self.sinks)
+            self.selected = policy.select(scores, config.n_sink, hi, self.cache.n_select)
+        if self.indexed:
+            self._build(None, None)
+        elif isinstance(self.store, QuantizedRows):
+            self._build(None, None, gather=self.store.gather)  # only the kept rows are dequantised
+        else:
+            self._build(self.store.used_keys, self.store.used_values)
+        if self.cache.schedule.logs_drift:
+            self.drift_reference = self.drift_summary()
+
+
+class RiftRetrievalLayer(RiftLayer):
+    """
+    A layer of a retrieval policy (`page-retrieval`): nothing is evicted, the working set keeps every token and each
+    committed page gets the policy's summary (`pages`); once past the budget, each new query attends only its own
+    `budget` rows (`retrieve`, called by the attention backend).
+    """
+
+    SCORES_PROMPT = False
+
+    @property
+    def retrieving(self) -> bool:
+        return self.compressed
+
+    def _commit_compressed(self, rescore: bool, selected: torch.Tensor | None) -> None:
+        self.working.commit()
+        self._summarise_pages(self.working, self.working.committed)
+        self.compressed = True
+
+    def retrieve(self, query: torch.Tensor, scale: float) -> torch.Tensor:
+        """The rows each new query attends, `[B, H_kv, L, budget]` (a retrieval policy's `retrieve`)."""
+        cache = self.cache
+        first = self.seen - query.shape[2]
+        index = cache.policy.retrieve(query, self.pages.used_keys, first, scale, cache.recent, cache.n_select)
+        self.retrieved = index
+        return index
 
 
 class RiftStateLayer(LinearAttentionLayer):
@@ -535,10 +573,12 @@ class RiftCache(Cache):
         )
         check_group_sizes(rift_config, head_dim)
         layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder_config)
+        policy = rift_config.policy_object
+        layer_class = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftLayer
         layers = []
         for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs, strict=True)):
             if layer_type == "full_attention":
-                layers.append(RiftLayer(self, idx))
+                layers.append(layer_class(self, idx))
             elif layer_type in _STATE_TYPES:
                 layers.append(RiftStateLayer(**kwargs))
             elif layer_type in _PASSTHROUGH_TYPES:

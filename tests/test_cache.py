@@ -191,3 +191,31 @@ def test_mask_sizes_place_stored_entries_before_the_queries():
     assert cache.get_mask_sizes(3, 0) == (8 + 3, 20 - 8)
     assert cache.get_seq_length() == 20
     assert math.isinf(RiftCache(llama_config(), RiftConfig(policy="full")).budget)
+
+
+def test_each_policy_gets_the_layer_class_of_its_mode():
+    from rift_hf import POLICIES, RiftLayer, RiftRetrievalLayer, RiftStoreLayer
+
+    for name in POLICIES:
+        policy = RiftConfig(policy=name).policy_object
+        cache = RiftCache(llama_config(), {"policy": name})
+        want = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftLayer
+        assert {type(layer) for layer in cache.rift_layers} == {want}, name
+    assert type(RiftCache(llama_config(), {"policy": "page-round"}).rift_layers[0]) is RiftStoreLayer
+    assert type(RiftCache(llama_config(), {"policy": "page-retrieval"}).rift_layers[0]) is RiftRetrievalLayer
+    assert type(RiftCache(llama_config(), {"policy": "rift-stat"}).rift_layers[0]) is RiftLayer
+
+
+def test_a_policy_that_refreshes_without_a_store_is_told_what_to_declare(monkeypatch):
+    from rift_hf.policies.schedules import Every
+    from rift_hf.policies.snapkv import SnapKV
+
+    monkeypatch.setattr(SnapKV, "schedule", lambda self: Every(2))
+    cache = RiftCache(llama_config(layers=1), {"policy": "snapkv", "budget": 8, "window": 4})
+    layer = cache.rift_layers[0]
+    keys = torch.randn(1, H_KV, 12, D)
+    cache.update(keys, keys.clone(), 0)
+    layer.observe(torch.randn(1, H_Q, 12, D), keys, SCALE, None)
+    layer.commit(rescore=False)  # the first selection, from the prompt's scores
+    with pytest.raises(ValueError, match="keeps_store = True"):
+        layer.commit(rescore=True)

@@ -24,7 +24,7 @@ import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .._compat import CACHE, pop_cache
-from ..cache import RiftCache
+from ..cache import RiftCache, RiftLayer
 
 # The attention backends whose mask argument the step's additive `[1, 1, 1, capacity]` mask suits.
 BACKENDS = ("rift", "sdpa", "eager")
@@ -33,10 +33,10 @@ BACKENDS = ("rift", "sdpa", "eager")
 def check_compilable(model, cache: RiftCache) -> None:
     """Raise a `ValueError` naming the fix when `model` with `cache` cannot draft through a compiled step."""
     if len(cache.rift_layers) != len(cache.layers):
-        kinds = {type(layer).__name__ for layer in cache.layers}
+        kinds = {type(layer).__name__ for layer in cache.layers if not isinstance(layer, RiftLayer)}
         raise ValueError(
             f"compile=True needs a drafter whose every layer is full attention; {type(model).__name__} also has "
-            f"{', '.join(sorted(kinds - {'RiftLayer'}))} layers. Drop compile=True for this drafter."
+            f"{', '.join(sorted(kinds))} layers. Drop compile=True for this drafter."
         )
     backend = model.config._attn_implementation
     if backend not in BACKENDS:
