@@ -611,10 +611,6 @@ class RiftCache(Cache):
         self._last_select = 0
         self._last_check = 0
         self._snapshot_length: int | None = None
-        # Verifier mode (a stateful target): the number of drafted tokens at the end of the next forward, which the
-        # target's forward feeds in a second chunk so the states can be snapshotted after the verified ones.
-        self.verifier = False
-        self.pending_drafts: int | None = None
         self._awaiting_verified = False
         self._verified_forward_done = False
 

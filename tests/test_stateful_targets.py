@@ -8,6 +8,7 @@ import rift_hf
 from rift_hf import RiftCache
 from rift_hf.cache import RiftStateLayer
 from rift_hf.config import policy_settings
+from rift_hf.generation.stateful import VerifierCache
 from tiny import STATEFUL_TARGETS, make_prompt, perturbed_copy, pin_drafting, tiny_model
 
 CONFIG = {"budget": 16, "window": 4, "delta": 4, "draft_length": "fixed"}  # rounds are compared
@@ -58,7 +59,7 @@ def test_target_states_after_each_round_equal_a_fresh_recompute(arch, monkeypatc
 
     def crop(self, tokens_to_remove):
         original_crop(self, tokens_to_remove)
-        if self.verifier:
+        if isinstance(self, VerifierCache):
             states = [
                 (i, {k: v.clone() for k, v in layer.recurrent_states.items() if v is not None})
                 for i, layer in enumerate(self.layers)

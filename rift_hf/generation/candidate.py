@@ -22,6 +22,7 @@ from ..config import RiftConfig
 from ..prefill import load_prefill
 from .compiled import CompiledDrafting
 from .draft_length import DraftLength
+from .stateful import VerifierCache
 from .stats import RiftStats
 
 
@@ -144,7 +145,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
                 _LEARNT.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.draft_length
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get(CACHE)
-        self.target_cache = target_cache if isinstance(target_cache, RiftCache) and target_cache.verifier else None
+        self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
         # A recorded prompt forward (`generate_from`): the cache starts from it and the first draft comes from its
         # logits, so the run equals one that computed the prompt itself.
         self._first_logits = None

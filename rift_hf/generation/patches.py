@@ -25,7 +25,7 @@ from ..config import RiftConfig
 from ..prefill import load_prefill
 from .candidate import RiftCandidateGenerator, use_rift_attention
 from .decode import DRAFT_PREFILL
-from .stateful import needs_verifier, verifier_cache
+from .stateful import VerifierCache, needs_verifier, verifier_cache
 from .stats import RiftStats
 
 NAME = "rift"
@@ -88,13 +88,14 @@ def _check_request(generation_config, model_kwargs) -> None:
 def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size, max_cache_length):
     original = _ORIGINALS["_prepare_cache_for_generation"]
     user_cache = model_kwargs.get(CACHE)
+    compressing = isinstance(user_cache, RiftCache) and not isinstance(user_cache, VerifierCache)
     assisted_target = generation_mode == GenerationMode.ASSISTED_GENERATION and not generation_config.is_assistant
-    if assisted_target and isinstance(user_cache, RiftCache) and not user_cache.verifier:
+    if assisted_target and compressing:
         raise ValueError(
             "In assisted generation only the drafter's cache is compressed, so a RiftCache cannot be the target's "
             f"`{CACHE}`; drop it and pass cache_implementation='rift' (and cache_config=...) instead."
         )
-    if isinstance(user_cache, RiftCache) and not user_cache.verifier and not generation_config.is_assistant:
+    if compressing and not generation_config.is_assistant:
         rift_config = user_cache.config
         if (rift_config.is_scored or rift_config.track_attention_mass) and self.config._attn_implementation != NAME:
             raise ValueError(

@@ -2,7 +2,7 @@
 
 transformers refuses such targets: verification runs the drafted tokens through the target, and a rejection
 leaves its recurrent state advanced past the accepted tokens. With `cache_implementation="rift"` the target gets a
-`RiftCache(policy="full")` in verifier mode and two small instance-level wrappers:
+`VerifierCache` (a full `RiftCache` whose states roll back) and two small instance-level wrappers:
 
 - `forward` feeds the verified tokens and the drafts as two chunks of one verification, so the cache snapshots the
   states between them (the split costs a second forward call, not extra tokens);
@@ -31,10 +31,22 @@ def needs_verifier(model) -> bool:
     return bool(getattr(model, "_is_stateful", False)) or "linear_attention" in layer_types
 
 
-def verifier_cache(model) -> RiftCache:
-    """A full (uncompressed) RiftCache that rolls back states, with the model's wrappers installed."""
-    cache = RiftCache(model.config, {"policy": "full"})
-    cache.verifier = True
+class VerifierCache(RiftCache):
+    """
+    A stateful target's cache in assisted generation: full (nothing is compressed), rolled back by restoring the
+    states snapshotted after each round's verified tokens. `pending_drafts`, set by the candidate generator, is the
+    number of drafted tokens at the end of the next forward, which `split_forward` feeds as a second chunk so the
+    states can be snapshotted between them.
+    """
+
+    def __init__(self, config):
+        super().__init__(config, {"policy": "full"})
+        self.pending_drafts: int | None = None
+
+
+def verifier_cache(model) -> VerifierCache:
+    """A `VerifierCache` for `model`, with the model's wrappers installed."""
+    cache = VerifierCache(model.config)
     if not getattr(model, "_rift_verifier", False):
         model.forward = _split_forward(model.forward)
         model.prepare_inputs_for_generation = _resume_from_cache(model.prepare_inputs_for_generation)
@@ -46,7 +58,7 @@ def _resume_from_cache(prepare):
     @functools.wraps(prepare)
     def prepare_inputs_for_generation(input_ids, *args, next_sequence_length=None, **kwargs):
         cache = kwargs.get(CACHE)
-        if isinstance(cache, RiftCache) and cache.verifier and next_sequence_length is not None:
+        if isinstance(cache, VerifierCache) and next_sequence_length is not None:
             next_sequence_length = input_ids.shape[1] - cache.get_seq_length()
         return prepare(input_ids, *args, next_sequence_length=next_sequence_length, **kwargs)
 
@@ -58,7 +70,7 @@ def _split_forward(forward):
     def split_forward(input_ids=None, attention_mask=None, position_ids=None, logits_to_keep=0, **kwargs):
         cache = pop_cache(kwargs)  # `past_key_values` before transformers 5.24, `cache` from it on
         drafts = None
-        if isinstance(cache, RiftCache) and cache.verifier:
+        if isinstance(cache, VerifierCache):
             drafts, cache.pending_drafts = cache.pending_drafts, None
         if not drafts or input_ids is None or drafts >= input_ids.shape[1]:
             return forward(
