@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+import rift_hf
 from rift_hf import RiftConfig
 from rift_hf.config import policy_settings
 from rift_hf.policies import calibrate_thresholds, keep_mask, select_blocks, select_tokens
@@ -326,3 +327,13 @@ def test_tokens_ahead_is_refused_where_no_token_is_selected_by_score(policy):
     with pytest.raises(ValueError, match="does not select tokens by score"):
         RiftConfig(policy=policy, tokens_ahead=4)
     RiftConfig(policy=policy, tokens_ahead=0)
+
+
+def test_no_policy_is_built_on_another():
+    """Policies share code through helpers (`policies.pages`, `selection`, `scorers`), not by subclassing each other:
+    a flag such as `retrieves` never has to be switched back off by a child."""
+    from rift_hf.policies.base import policy_class
+
+    classes = [policy_class(name) for name in rift_hf.POLICIES]
+    built_on = [(a.name, b.name) for a in classes for b in classes if a is not b and issubclass(a, b)]
+    assert not built_on, built_on

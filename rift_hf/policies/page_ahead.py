@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .rift_stat_block import RiftStaticBlock
+from .base import Policy, register
+from .pages import WholePages
 from .schedules import Every
 from .selection import rank_pages_ahead
 
 
 @register
-class PageAhead(RiftStaticBlock):
-    """Whole pages like rift-stat-block (so the budget splits into whole pages and a window), chosen per KV head."""
+class PageAhead(WholePages, Policy):
+    """Whole pages (the budget splits into sinks, whole pages and a window), chosen per KV head."""
 
     name = "page-ahead"
     params = frozenset({"window", "pool", "pool_kernel", "block_size", "pages_ahead", "delta"})

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .rift_stat_block import RiftStaticBlock
+from .base import Policy, register
+from .pages import WholePages, midrange, page_scores
 
 
 @register
-class PageRetrieval(RiftStaticBlock):
-    """Budget laid out like rift-stat-block (sinks, whole pages, a window); the pages are chosen per query."""
+class PageRetrieval(WholePages, Policy):
+    """Sinks, whole pages and a window; the pages are chosen per query."""
 
     name = "page-retrieval"
     params = frozenset({"window", "block_size"})
@@ -34,22 +34,8 @@ class PageRetrieval(RiftStaticBlock):
     block_size = 8
     _layout_key: tuple | None = None  # what `_layout` last computed for (shared by the layers of one forward)
 
-    def summarise(self, keys: torch.Tensor) -> torch.Tensor:
-        """`[B, H_kv, n, page, D]` keys of `n` whole pages -> their summaries `[B, H_kv, n, D]` (the midrange key)."""
-        return (keys.amin(3) + keys.amax(3)) / 2
-
-    def page_scores(self, query: torch.Tensor, summaries: torch.Tensor, scale: float) -> torch.Tensor:
-        """
-        Args:
-            query: `[B, H_q, L, D]`; summaries: `[B, H_kv, n_pages, D]`.
-        Returns:
-            `[B, H_kv, G, L, n_pages]` float32: each query head's scaled score of every page.
-        """
-        batch, h_q, length, dim = query.shape
-        h_kv, n_pages = summaries.shape[1:3]
-        q = query.float().reshape(batch, h_kv, h_q // h_kv * length, dim)  # heads of a group, then positions
-        scores = torch.matmul(q, summaries.float().transpose(-1, -2)).mul_(scale)
-        return scores.view(batch, h_kv, h_q // h_kv, length, n_pages)
+    summarise = staticmethod(midrange)
+    page_scores = staticmethod(page_scores)
 
     def retrieve(
         self,

@@ -16,20 +16,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import register
-from .page_retrieval import PageRetrieval
+from .base import Policy, register
+from .pages import WholePages, midrange, page_scores
 from .schedules import Every
 from .selection import rank_pages_ahead
 
 
 @register
-class PageRound(PageRetrieval):
-    """Budget laid out like page-retrieval (sinks, whole pages from `n_sink` on, a window); pages per KV head, chosen
-    at every commit from the newest query."""
+class PageRound(WholePages, Policy):
+    """Sinks, whole pages from `n_sink` on, a window; pages per KV head, chosen at every commit from the newest query
+    (scored as page-retrieval scores them)."""
 
     name = "page-round"
     params = frozenset({"window", "block_size", "pages_ahead"})
-    retrieves = False
     keeps_store = True
     summarises_pages = True
     stacks_layers = True  # heads are chosen independently: one call of `select_pages` serves every layer
@@ -37,11 +36,16 @@ class PageRound(PageRetrieval):
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL
     # with 2, 0.92 / 0.97 and 0.78 / 0.91 with 0 (docs/results.md).
     pages_ahead = 2
+    rho = 0.125
+    block_size = 8
     refresh_at_rollback = False  # once per round: after the verified tokens are re-fed, with the newest query
     # The store in int4 (keys per channel, values per token; the newest rows exact): with the working set the drafter
     # then holds under half of a full cache's KV at 4x, where a full-precision store alone equals it. A refresh
     # dequantises only the rows it keeps, and page summaries come from exact keys.
     store_dtype = "int4"
+
+    summarise = staticmethod(midrange)
+    page_scores = staticmethod(page_scores)
 
     def schedule(self):
         return Every(1)
