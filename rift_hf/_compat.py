@@ -4,7 +4,6 @@ few names that differ between them, each found by looking for the feature rather
 from __future__ import annotations
 
 import dataclasses
-import inspect
 
 # The range the test suite proves (CI runs it on the oldest and the newest); pyproject.toml pins the same.
 SUPPORTED = (">=5.23", "<5.26")
@@ -36,11 +35,6 @@ def _cache_field() -> str:
 
 
 CACHE = _cache_field()
-
-
-def takes_keyword(function, name: str) -> bool:
-    """Whether `function` has a parameter called `name` (for private methods whose signature changed)."""
-    return name in inspect.signature(function).parameters
 
 
 def pop_cache(kwargs: dict):

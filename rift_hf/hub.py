@@ -166,15 +166,10 @@ def copy_package(dest: Path, demo: bool = False) -> Path:
     skip = ("__pycache__", "*.pyc", "screenshot.png", *(() if demo else ("demo",)))
     ignore = shutil.ignore_patterns(*skip)
     shutil.copytree(Path(rift_hf.__file__).parent, dest, ignore=ignore)
-    mapped = []
-    if demo:
+    if demo and not (dest / "demo").exists():  # an editable install maps demo/ from the repo's top level
         import rift_hf.demo
 
-        mapped.append(rift_hf.demo)
-    for module in mapped:  # an editable install maps demo/ from the repo's top level
-        name = module.__name__.rsplit(".", 1)[1]
-        if not (dest / name).exists():
-            shutil.copytree(Path(module.__file__).parent, dest / name, ignore=ignore)
+        shutil.copytree(Path(rift_hf.demo.__file__).parent, dest / "demo", ignore=ignore)
     return dest
 
 
