@@ -11,7 +11,7 @@ _check_transformers()  # before anything touches transformers' private generate 
 from . import attention as _attention
 from .cache import RiftCache, RiftLayer, RiftRetrievalLayer, RiftStateLayer, RiftStoreLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset
-from .cpu import weight_major_linear
+from .cpu import gqa_attention, weight_major_linear
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
 from .generation import apply as _apply_patches
 from .policies import Policy, calibrate_thresholds, register
@@ -55,5 +55,6 @@ __all__ = [
     "metric_path",
     "preset",
     "register",
+    "gqa_attention",
     "weight_major_linear",
 ]

@@ -1,4 +1,5 @@
-"""Small-batch linear layers on a CPU, computed weight-major (`weight @ x.T`), for the forwards speculation makes.
+"""CPU-only speed switches for the forwards speculation makes: weight-major small-batch linear layers, and
+grouped-query attention over a mask without copied heads.
 
 Speculative decoding runs linear layers on a few rows at a time: the drafter's first forward of a round feeds one or
 two tokens, the target verifies gamma + 1. On the CPU we measured (x86_64 AVX2 AMD EPYC, torch 2.13's MKL, fp32)
@@ -11,11 +12,22 @@ switches a model's `nn.Linear` layers to that form for inputs of at most `max_ro
 rows, another device, a dtype that differs from the weight's) take torch's own path. The result is the same product
 summed in another order: the real pair's logits moved by up to 1e-4 there, with the same argmax. Measure before
 relying on it elsewhere: other CPUs and BLAS builds may not share the slow path.
+
+Grouped-query attention over a mask, on a CPU (`gqa_attention`). transformers' "sdpa" backend passes
+`enable_gqa=True` to torch only when there is no mask, because CUDA's fused kernels take no mask with it; otherwise it
+copies every key/value head once per query head (`repeat_kv`). Verification always has a mask (k + 1 queries over the
+cache), so on a CPU every verification copied the whole cache several times: over a 32K-token prompt a verification of
+2-12 tokens by Qwen2.5-Coder-1.5B (2 key/value heads, 12 query heads) cost 4.2-4.3x a one-token step (fp32, 2 threads;
+`python -m benchmarks.verify_cost`, `benchmarks/results/verify-cost-qwen-coder-32001in.json`). torch's CPU kernel takes
+a mask and `enable_gqa` together: the "sdpa_gqa" backend does exactly that on CPU tensors (there: 1.2-1.5x a step, the
+same logits bit for bit) and is transformers' "sdpa" everywhere else.
 """
 
 from __future__ import annotations
 
 import torch
+
+GQA_ATTENTION = "sdpa_gqa"
 
 
 class WeightMajorLinear(torch.nn.Linear):
@@ -65,3 +77,54 @@ def weight_major_linear(model: torch.nn.Module, enabled: bool = True, max_rows: 
             vars(module).pop("max_rows", None)
             changed += 1
     return changed
+
+
+def gqa_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """transformers' `sdpa_attention_forward`, except that on a CPU several queries over a mask attend the key/value
+    heads in place (`enable_gqa=True`) instead of copies of them."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (
+        query.device.type != "cpu"
+        or groups == 1
+        or query.shape[2] == 1  # transformers folds a single query's heads onto the key/value heads itself
+        or attention_mask is None
+        or key.shape[-1] != value.shape[-1]
+        or any(kwargs.get(name) is not None for name in ("softcap", "position_bias", "cache", "s_aux"))
+        or kwargs.get("output_attentions")
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask[..., : key.shape[-2]],
+        dropout_p=dropout,
+        scale=scaling,
+        enable_gqa=True,
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def gqa_attention(model: torch.nn.Module, enabled: bool = True) -> str:
+    """
+    Switch `model` from the "sdpa" attention backend to "sdpa_gqa" (or back, `enabled=False`): on a CPU, several
+    queries over a mask (a verification, a drafter's first forward of a round) no longer copy the key/value heads.
+    Other attention backends are left as they are. Returns the backend the model uses afterwards.
+    """
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "set_attn_implementation"):
+        raise TypeError(f"gqa_attention takes a loaded transformers model, not {type(model).__name__}.")
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(GQA_ATTENTION, gqa_sdpa_forward)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+    current = model.config._attn_implementation
+    if enabled and current == "sdpa":
+        model.set_attn_implementation(GQA_ATTENTION)
+    elif not enabled and current == GQA_ATTENTION:
+        model.set_attn_implementation("sdpa")
+    return model.config._attn_implementation
