@@ -139,6 +139,11 @@ def run_speed(args) -> None:
 
         weight_major_linear(target)
         weight_major_linear(draft)
+    if args.attention == "sdpa_gqa":  # several queries over a mask attend the key/value heads in place (rift_hf.cpu)
+        from rift_hf.cpu import gqa_attention
+
+        gqa_attention(target)
+        gqa_attention(draft)
     fix_draft_length(target, draft, gamma=args.gamma)
     for name, value in args.draft_options.items():
         setattr(draft.generation_config, name, value)
@@ -219,6 +224,7 @@ def run_speed(args) -> None:
             prefill_seconds={"target": cache.target.seconds, "draft": cache.draft.seconds},
             gamma=args.gamma,
             linear=args.linear,
+            attention={"target": target.config._attn_implementation, "draft": draft.config._attn_implementation},
             dtype=str(target.dtype).removeprefix("torch."),
             machine=machine(),
             threads=torch.get_num_threads(),
@@ -281,7 +287,8 @@ def speed_table(folder: Path) -> str:
     head = (
         f"{len(prompts)} prompts ({', '.join(dict.fromkeys(r['task'] for r in rows))}), {lengths[0]}-{lengths[-1]} "
         f"input tokens, {first['output_tokens']} new tokens, gamma <= {first['gamma']}, {first['dtype']}, "
-        f"{first.get('linear', 'torch')} linear layers, "
+        f"{first.get('linear', 'torch')} linear layers, target attention "
+        f"{first.get('attention', {}).get('target', 'sdpa')}, "
         f"{first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}. Decode phase only: each prompt's "
         f"forwards were recorded once (target {cell([p['target'] for p in prefill], '{:.0f}')} s, drafter "
         f"{cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them. Drafting share: the "
@@ -368,6 +375,13 @@ def main(argv=None) -> None:
         default="torch",
         choices=["torch", "weight-major"],
         help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
+    )
+    speed.add_argument(
+        "--attention",
+        default="sdpa_gqa",
+        choices=["sdpa", "sdpa_gqa"],
+        help="sdpa_gqa: on a CPU, verifications attend the key/value heads in place (rift_hf.cpu.gqa_attention); "
+        "sdpa: transformers' own, which copies them when there is a mask",
     )
     speed.add_argument("--out", type=Path, required=True)
     speed.add_argument("--resume", action="store_true", help="continue <out>/rows.jsonl instead of starting afresh")

@@ -289,3 +289,28 @@ def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
     assert "decode phase only" in table.lower()
     long_inputs.main(["plot", str(out), "--out", str(tmp_path / "speed.png")])
     assert (tmp_path / "speed.png").stat().st_size > 10_000
+
+
+def test_draft_length_simulation_writes_every_case_against_the_best_constant(tmp_path):
+    from benchmarks import draft_length_sim
+
+    draft_length_sim.main(["--rounds", "30", "--seeds", "2", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "draft-length-sim.json").read_text())
+    rows = {r["case"]: r for r in record["rows"]}
+    assert set(rows) == set(draft_length_sim.CASES)
+    assert rows["losing"]["best_constant"] == 0 and rows["cheap-agreeing"]["best_constant"] >= 8
+    # the best constant is the best over the same draws, so no controller beats it by more than chance allows
+    assert all(0 < r["vs_best_constant"] <= 1.1 for r in rows.values())
+    assert "controller / best" in (tmp_path / "draft-length-sim.md").read_text()
+
+
+def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
+    from benchmarks import verify_cost
+
+    args = ["--preset", "tiny-random", "--input-tokens", "160", "--tokens", "1", "3", "--repeats", "1"]
+    verify_cost.main([*args, "--prefills", str(tmp_path / "prefills"), "--out", str(tmp_path)])
+    (path,) = tmp_path.glob("verify-cost-tiny-random-*in.json")
+    record = json.loads(path.read_text())
+    assert [r["tokens"] for r in record["rows"]] == [1, 3]
+    assert all(r["sdpa_seconds"] > 0 and r["sdpa_gqa_seconds"] > 0 for r in record["rows"])
+    assert all(r["max_logit_difference"] < 1e-4 for r in record["rows"])
