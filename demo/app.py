@@ -95,6 +95,11 @@ def load_preset(name: str) -> Preset:
     from rift_hf.models import load_preset as load_real
 
     target, draft, tokenizer = load_real(name)
+    if target.device.type == "cpu":  # verifications attend the key/value heads in place (rift_hf.gqa_attention)
+        from rift_hf import gqa_attention
+
+        gqa_attention(target)
+        gqa_attention(draft)
     limit = min(getattr(target.config, "max_position_embeddings", 32768), 32768)
     return Preset(name, target, draft, tokenizer, max_prompt_tokens=limit, chat=True)
 
