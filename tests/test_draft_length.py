@@ -1,6 +1,7 @@
 """The cost-aware draft length: it picks the length with the best expected rate, and leaves the target alone when no
 length beats it; in generate it keeps the output lossless."""
 
+import copy
 import random
 import time
 
@@ -10,7 +11,7 @@ import torch
 import rift_hf
 from rift_hf.config import policy_settings
 from rift_hf.generation.draft_length import DraftLength, LinearCost
-from tiny import draft_target_pair, make_prompt
+from tiny import draft_target_pair, make_prompt, pin_drafting
 
 
 def simulate(controller, draft_step, verify, accept, rounds=256, seed=0):
@@ -86,6 +87,28 @@ def test_controller_calibrates_then_backs_off_and_probes():
     assert gaps == sorted(gaps) and gaps[-1] <= 8 + 1  # the back-off doubles, up to max_backoff
 
 
+def test_an_unlucky_start_does_not_silence_a_drafter_that_pays():
+    """The first rounds reject everything (an answer's first tokens, the first probe too), then the drafter agrees:
+    with cheap probes the controller looks again within a short back-off and ends up drafting long, instead of
+    spacing probes by `probe_share` (dozens of rounds) after the first losing one."""
+
+    def run(explore_steps):
+        controller = DraftLength(max_length=11, explore_steps=explore_steps)
+        lengths = []
+        for r in range(40):
+            k = controller.choose()
+            accepted = 0 if r < 8 else k  # every draft accepted from the ninth round on
+            controller.observe(k, accepted, 0.2 * k, 1.25 + 0.1 * (k + 1), [0.2] * k)
+            lengths.append(k)
+        return lengths
+
+    lengths = run(3.0)
+    assert lengths[:2] == [4, 0]
+    assert sum(k > 0 for k in lengths[:12]) >= 3 and sum(lengths[-10:]) >= 80  # back to drafting, long drafts
+    silenced = run(0.0)  # spacing by probe_share from the first losing probe, as before `explore_steps`
+    assert sum(silenced[-20:]) < sum(lengths[-20:]) / 2
+
+
 def test_linear_cost_prices_unseen_sizes_from_the_line():
     cost = LinearCost()
     cost.observe(12, 2.0)
@@ -118,12 +141,16 @@ def test_auto_draft_length_is_lossless_and_reported(policy):
 
 
 def test_drafting_resumes_where_it_pays():
-    target, draft = draft_target_pair("llama", gamma=6)
+    # The target as its own drafter over a full cache (every draft accepted), and a target forward far dearer than a
+    # drafter's: drafting pays by a wide margin, whatever else shares the CPU.
+    target, _ = draft_target_pair("llama", gamma=6)
+    draft = copy.deepcopy(target)
+    pin_drafting(draft, gamma=6)
     ids = make_prompt(40, seed=5)
     gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
     handle = target.register_forward_pre_hook(lambda *_: time.sleep(0.3))  # a target far dearer than the drafter
     try:
-        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
+        out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="full", **gen)
     finally:
         handle.remove()
     assert torch.equal(out, target.generate(ids, **gen))

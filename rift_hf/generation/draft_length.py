@@ -76,6 +76,11 @@ class DraftLength:
             that a probe that accepts nothing costs more than `probe_share` (defaults to 0.02) of the time between.
         first_length (`int`, defaults to 4): the first round's draft (at most `max_length`): long enough to price a
             drafter step and see acceptance, short enough to cost little where drafting loses.
+        explore_steps (`float`, defaults to 3.0): while this call's drafting rounds, each priced at what a probe loses
+            to the target alone, add up to less than this many target steps, a back-off stays `backoff` rounds and
+            does not grow: a few unlucky rounds at the start (an answer's first tokens are often mispredicted) must
+            not silence a drafter that pays, when finding out costs little. Where a probe is dear (a drafter step
+            near a target step) the first back-off already spaces probes out.
 
     Drafting k tokens is priced as `first + (k - 1) * step`: `step` is one drafter decode forward, `first` the rest of
     a round's drafting (its first forward, which re-feeds the verified tokens and refreshes the cache, and the loop's
@@ -83,7 +88,9 @@ class DraftLength:
     one-token step: what drafting must beat), the third drafts where the first says the choice will fall (`max_length`
     if every draft was accepted, else one past those that were), pricing a verification of several tokens and the
     round's fixed cost, which the first round's warm-up would overstate; the choice starts with the fourth.
-    Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high.
+    Positions beyond those observed lean on the pooled acceptance (itself held towards `prior` by two
+    pseudo-observations, so one rejected round does not read as "never accepted"), so longer drafts are tried where it
+    is high. `python -m benchmarks.draft_length_sim` measures a change against the best constant length.
     """
 
     max_length: int
@@ -93,6 +100,7 @@ class DraftLength:
     max_backoff: int = 256
     first_length: int = 4
     probe_share: float = 0.02
+    explore_steps: float = 3.0
     accepted: list = field(default_factory=list)  # per position: [weighted accepts, weight]
     first: list = field(default_factory=lambda: [0.0, 0.0])  # [weighted seconds, weight] of `first`
     step: list = field(default_factory=lambda: [0.0, 0.0])  # [weighted seconds, weight] of one decode forward
@@ -103,6 +111,7 @@ class DraftLength:
     first_accepted: int = 0  # drafts accepted in the first round
     warm: bool = False  # this call's first round is behind us (its costs hold warm-up and the prompt forward)
     missed: int = 0  # rounds since the drafter last drafted (its next round re-feeds what they emitted)
+    drafting_rounds: int = 0  # rounds of this call that drafted
     chosen: list = field(default_factory=list)  # (length chosen, reason) per round
 
     def __post_init__(self):
@@ -113,9 +122,9 @@ class DraftLength:
 
     def acceptance(self) -> list[float]:
         """Estimated chance that draft j is accepted given drafts 1..j-1 were, for j = 1..max_length."""
-        seen = [(s, w) for s, w in self.accepted if w > 0]
-        pooled = sum(s for s, _ in seen) / sum(w for _, w in seen) if seen else self.prior
-        # Two pseudo-observations of the pooled rate: a position seen rarely leans on the others.
+        # The pooled rate leans on `prior`, and each position on the pooled rate, by two pseudo-observations each: a
+        # position seen rarely leans on the others, and the first rounds on the prior.
+        pooled = (sum(s for s, _ in self.accepted) + 2.0 * self.prior) / (sum(w for _, w in self.accepted) + 2.0)
         return [(s + 2.0 * pooled) / (w + 2.0) for s, w in self.accepted]
 
     def expected_tokens(self, length: int) -> float:
@@ -159,10 +168,15 @@ class DraftLength:
             return self._pick(first, "probe")
         best = max(range(self.max_length + 1), key=self.rate)
         if best == 0:
-            # Probes are spaced so that what one costs over the target alone, were nothing accepted, stays within
-            # `probe_share` of the time spent decoding alone; the spacing also doubles while probes keep losing.
-            loss = self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1)
-            spacing = math.ceil(max(0.0, loss) / (self.probe_share * max(self.verify_cost(1), 1e-9)))
+            # What a probe costs over the target alone, were nothing accepted. While this call has drafted little and
+            # finding out is cheap, look again soon (`explore_steps`).
+            loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
+            if self.drafting_rounds * loss < self.explore_steps * self.verify_cost(1):
+                self.idle = self.backoff
+                return self._pick(0, "target faster")
+            # Otherwise probes are spaced so that a probe's loss stays within `probe_share` of the time spent
+            # decoding alone; the spacing also doubles while probes keep losing.
+            spacing = math.ceil(loss / (self.probe_share * max(self.verify_cost(1), 1e-9)))
             # (The first back-off is short: early estimates rest on a round or two.)
             self.idle = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
             self.wait = min(2 * self.wait, self.max_backoff)
@@ -203,6 +217,7 @@ class DraftLength:
         if not self.warm:
             self.first_accepted = accepted
         self.missed = self.missed + 1 if drafted == 0 else 0
+        self.drafting_rounds += drafted > 0
         self.rounds += 1
         self.warm = True
 
@@ -212,7 +227,7 @@ class DraftLength:
         import copy
 
         nxt = copy.deepcopy(self)
-        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen = 0, self.backoff, 0, False, []
+        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen, nxt.drafting_rounds = 0, self.backoff, 0, False, [], 0
         # Acceptance belongs to a prompt: the new call starts from the last one's pooled rate, held lightly.
         seen = [(a, w) for a, w in self.accepted if w > 0]
         nxt.prior = sum(a for a, _ in seen) / sum(w for _, w in seen) if seen else self.prior
