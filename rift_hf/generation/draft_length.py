@@ -88,9 +88,7 @@ class DraftLength:
     one-token step: what drafting must beat), the third drafts where the first says the choice will fall (`max_length`
     if every draft was accepted, else one past those that were), pricing a verification of several tokens and the
     round's fixed cost, which the first round's warm-up would overstate; the choice starts with the fourth.
-    Positions beyond those observed lean on the pooled acceptance (itself held towards `prior` by two
-    pseudo-observations, so one rejected round does not read as "never accepted"), so longer drafts are tried where it
-    is high. `python -m benchmarks.draft_length_sim` measures a change against the best constant length.
+    Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high. `python -m benchmarks.draft_length_sim` measures a change against the best constant length.
     """
 
     max_length: int
@@ -122,9 +120,9 @@ class DraftLength:
 
     def acceptance(self) -> list[float]:
         """Estimated chance that draft j is accepted given drafts 1..j-1 were, for j = 1..max_length."""
-        # The pooled rate leans on `prior`, and each position on the pooled rate, by two pseudo-observations each: a
-        # position seen rarely leans on the others, and the first rounds on the prior.
-        pooled = (sum(s for s, _ in self.accepted) + 2.0 * self.prior) / (sum(w for _, w in self.accepted) + 2.0)
+        seen = [(s, w) for s, w in self.accepted if w > 0]
+        pooled = sum(s for s, _ in seen) / sum(w for _, w in seen) if seen else self.prior
+        # Two pseudo-observations of the pooled rate: a position seen rarely leans on the others.
         return [(s + 2.0 * pooled) / (w + 2.0) for s, w in self.accepted]
 
     def expected_tokens(self, length: int) -> float:
