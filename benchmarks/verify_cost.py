@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from rift_hf._compat import CACHE
 from rift_hf.cpu import gqa_attention
 from rift_hf.experiments.records import machine
 from rift_hf.experiments.tables import pipe_table
@@ -36,9 +37,7 @@ def time_forward(target, prompt_cache, n: int) -> tuple[float, torch.Tensor]:
     position_ids = torch.arange(held, held + n)[None]
     with torch.no_grad():
         tick = time.perf_counter()
-        out = target(
-            input_ids=ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache, logits_to_keep=n
-        )
+        out = target(input_ids=ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=n, **{CACHE: cache})
         return time.perf_counter() - tick, out.logits
 
 

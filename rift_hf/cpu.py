@@ -26,6 +26,7 @@ same logits bit for bit) and is transformers' "sdpa" everywhere else.
 from __future__ import annotations
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 GQA_ATTENTION = "sdpa_gqa"
 
@@ -82,8 +83,6 @@ def weight_major_linear(model: torch.nn.Module, enabled: bool = True, max_rows: 
 def gqa_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """transformers' `sdpa_attention_forward`, except that on a CPU several queries over a mask attend the key/value
     heads in place (`enable_gqa=True`) instead of copies of them."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     groups = getattr(module, "num_key_value_groups", 1)
     if (
         query.device.type != "cpu"

@@ -110,7 +110,6 @@ class DraftLength:
     first_accepted: int = 0  # drafts accepted in the first round
     warm: bool = False  # this call's first round is behind us (its costs hold warm-up and the prompt forward)
     missed: int = 0  # rounds since the drafter last drafted (its next round re-feeds what they emitted)
-    drafting_rounds: int = 0  # rounds of this call that drafted
     chosen: list = field(default_factory=list)  # (length chosen, reason) per round
 
     def __post_init__(self):
@@ -170,7 +169,8 @@ class DraftLength:
             # What a probe costs over the target alone, were nothing accepted. While this call has drafted little and
             # finding out is cheap, look again soon (`explore_steps`).
             loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
-            if self.drafting_rounds * loss < self.explore_steps * self.verify_cost(1):
+            drafting_rounds = sum(length > 0 for length, _ in self.chosen)  # this call's
+            if drafting_rounds * loss < self.explore_steps * self.verify_cost(1):
                 self.idle = self.backoff
                 return self._pick(0, "target faster")
             # Otherwise probes are spaced so that a probe's loss stays within `probe_share` of the time spent
@@ -216,7 +216,6 @@ class DraftLength:
         if not self.warm:
             self.first_accepted = accepted
         self.missed = self.missed + 1 if drafted == 0 else 0
-        self.drafting_rounds += drafted > 0
         self.rounds += 1
         self.warm = True
 
@@ -226,7 +225,7 @@ class DraftLength:
         import copy
 
         nxt = copy.deepcopy(self)
-        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen, nxt.drafting_rounds = 0, self.backoff, 0, False, [], 0
+        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen = 0, self.backoff, 0, False, []
         # Acceptance belongs to a prompt: the new call starts from the last one's pooled rate, held lightly.
         seen = [(a, w) for a, w in self.accepted if w > 0]
         nxt.prior = sum(a for a, _ in seen) / sum(w for _, w in seen) if seen else self.prior
