@@ -32,9 +32,12 @@ from pathlib import Path
 
 from rift_hf import POLICIES, RiftConfig, calibrate_thresholds
 from rift_hf.experiments.compare import compare
-from rift_hf.experiments.records import policy_config
+from rift_hf.experiments.records import Experiment, policy_config
 
 RESULTS = Path("benchmarks/results")
+# The keyword arguments of a `run(...)` below that describe the experiment (the rest go to `compare` itself).
+EXPERIMENT_FIELDS = ("input_tokens", "new_tokens", "per_task", "tasks", "sources", "gamma", "window", "delta", "extra",
+                     "budget_tokens")  # fmt: skip
 SCALES = {  # input tokens, new tokens, prompts per regime
     "paper": (4096, 512, 8),
     "small": (1024, 128, 1),
@@ -139,19 +142,12 @@ def main(argv=None) -> None:
             **common,
             **kwargs,
         }
+        described = {name: options.pop(name) for name in EXPERIMENT_FIELDS if name in options}
         return compare(
-            args.preset,
-            policies,
+            Experiment(args.preset, policies, name=label, **described),
             options.pop("compression"),
-            options.pop("input_tokens"),
-            options.pop("new_tokens"),
-            options.pop("per_task"),
-            options.pop("gamma"),
-            options.pop("window"),
-            options.pop("delta"),
             args.out / label / args.preset / (tag + overrides),
             options.pop("dtype"),
-            experiment=label,
             summary_path=args.out / "summary.json",
             **options,
         )
@@ -172,26 +168,29 @@ def main(argv=None) -> None:
 
         length, out_tokens = input_tokens or tokens, new_tokens or new
         folder = "-".join(filter(None, ("replay", tag, f"{length}in-{out_tokens}tok-{per_task}per-task")))
-        results = replay_compare(
+        experiment = Experiment(
             args.preset,
             policies,
-            compressions,
             length,
             out_tokens,
             per_task,
-            common["gamma"],
-            window,
-            common["delta"],
+            tasks=tasks,
+            sources=sources or args.sources,
+            gamma=common["gamma"],
+            window=window,
+            delta=common["delta"],
+            extra=extra,
+            budget_tokens=budget_tokens,
+            name=label,
+        )
+        results = replay_compare(
+            experiment,
+            compressions,
             args.out / label / args.preset / folder,
             target_dtype="float32" if args.preset == "tiny-random" else args.target_dtype,
             targets_dir=args.out / "targets",
-            tasks=tasks,
-            sources=sources or args.sources,
-            experiment=label,
             summary_path=args.out / "summary.json",
-            extra=extra,
             models=models,
-            budget_tokens=budget_tokens,
         )
         return results[0]
 

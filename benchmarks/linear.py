@@ -32,18 +32,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from rift_hf.cpu import weight_major_linear
+from rift_hf.experiments.records import cpu_name
 from rift_hf.experiments.tables import pipe_table
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _weight_major(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

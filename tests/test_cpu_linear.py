@@ -115,6 +115,7 @@ def test_bad_arguments_are_refused_with_the_fix():
 def test_compare_records_weight_major_linear_and_refuses_unknown_ones(tmp_path):
     from rift_hf import cli
     from rift_hf.experiments.compare import compare
+    from rift_hf.experiments.records import Experiment
 
     out = tmp_path / "cmp"
     cli.main(
@@ -124,10 +125,8 @@ def test_compare_records_weight_major_linear_and_refuses_unknown_ones(tmp_path):
     result = json.loads((out / "compare.json").read_text())
     assert result["linear"] == "weight-major"
     assert "linear layers weight-major" in (out / "compare.md").read_text()
+    experiment = Experiment("tiny-random", ["full"], 64, 4, 1, gamma=4, window=8, delta=32)
     with pytest.raises(ValueError, match="linear must be one of torch, weight-major"):
-        compare("tiny-random", ["full"], 4.0, 64, 4, 1, 4, 8, 32, tmp_path / "x", linear="fast")
+        compare(experiment, 4.0, tmp_path / "x", linear="fast")
     with pytest.raises(ValueError, match="targets_dir saves target outputs for replay"):
-        compare(
-            "tiny-random", ["full"], 4.0, 64, 4, 1, 4, 8, 32, tmp_path / "y", targets_dir=tmp_path,
-            linear="weight-major",
-        )  # fmt: skip
+        compare(experiment, 4.0, tmp_path / "y", targets_dir=tmp_path, linear="weight-major")

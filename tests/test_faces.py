@@ -245,21 +245,10 @@ def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(t
     """The `transformers` label: a DynamicCache drafter through transformers' assisted loop, timed in the same run,
     with AL counted as new tokens per target forward; no retention, and the plot leaves it out."""
     from rift_hf.experiments.compare import compare
+    from rift_hf.experiments.records import Experiment
 
-    result = compare(
-        "tiny-random",
-        ["full", "transformers"],
-        4.0,
-        96,
-        12,
-        1,
-        4,
-        8,
-        4,
-        tmp_path,
-        "float32",
-        summary_path=tmp_path / "s.json",
-    )
+    experiment = Experiment("tiny-random", ["full", "transformers"], 96, 12, 1, gamma=4, window=8, delta=4)
+    result = compare(experiment, 4.0, tmp_path, "float32", summary_path=tmp_path / "s.json")
     rows = {r["policy"]: r for r in result["runs"] if r["task"] == "repeat"}
     assert rows["transformers"]["same_as_target"] and rows["full"]["same_as_target"]
     assert rows["transformers"]["output_tokens"] == 12
@@ -460,7 +449,7 @@ def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
 def test_policy_labels_take_several_overrides():
     import argparse
 
-    from rift_hf.cli import _policy_labels
+    from rift_hf.cli.arguments import policy_labels as _policy_labels
 
     parser = argparse.ArgumentParser()
     labels = _policy_labels(parser, "rift-stat@kv_dtype=int4,kv_equal_bytes=true,snapkv,rift-dyn@delta=16")
@@ -473,10 +462,14 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     """`compare(..., resume=True)` continues a killed run: logged generations (with their token ids) are read back,
     only what is missing is generated, and the lossless checks still compare real outputs."""
     import rift_hf.experiments.compare as runner
+    from rift_hf.experiments.records import Experiment
+
+    def experiment(policies, new_tokens=12):
+        return Experiment("tiny-random", policies, 96, new_tokens, 1, tasks=("repeat",), gamma=4, window=8, delta=4)
 
     def run(policies, **kwargs):
-        options = dict(summary_path=tmp_path / "s.json", tasks=("repeat",), resume=True)
-        return runner.compare("tiny-random", policies, 4.0, 96, 12, 1, 4, 8, 4, tmp_path, "float32", **options | kwargs)
+        options = dict(summary_path=tmp_path / "s.json", resume=True)
+        return runner.compare(experiment(policies), 4.0, tmp_path, "float32", **options | kwargs)
 
     first = run(["full", "snapkv"], targets_dir=tmp_path / "targets")
     log = (tmp_path / "runs.jsonl").read_text().splitlines()
@@ -503,9 +496,7 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     assert again["snapkv"]["same_as_full_drafter"] is True and again["transformers"]["same_as_target"]
     assert "new_ids" not in again["full"]
     with pytest.raises(ValueError, match="new_tokens differ"):
-        runner.compare(
-            "tiny-random", ["full"], 4.0, 96, 16, 1, 4, 8, 4, tmp_path, "float32", tasks=("repeat",), resume=True
-        )
+        runner.compare(experiment(["full"], new_tokens=16), 4.0, tmp_path, "float32", resume=True)
     # Without resume the log starts afresh.
     generated.clear()
     run(["full"], resume=False)

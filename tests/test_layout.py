@@ -46,8 +46,23 @@ def test_the_library_never_imports_the_lab():
 
 
 def test_the_experiments_are_where_the_cli_finds_them():
-    cli = _imports(PACKAGE / "cli.py")
+    cli = set().union(*(_imports(path) for path in (PACKAGE / "cli").glob("*.py")))
     assert {"rift_hf.experiments.compare", "rift_hf.experiments.tables", "rift_hf.experiments.replay_runs"} <= cli
+
+
+def test_the_command_line_is_one_small_module_per_subcommand():
+    """Each subcommand's arguments and its run side by side, no function long enough to hide a second job."""
+    from rift_hf import cli
+
+    for name, command in cli.COMMANDS.items():
+        assert command.__name__ == f"rift_hf.cli.{name.replace('-', '_')}"
+        assert callable(command.add_arguments) and callable(command.run) and command.HELP
+    for path in (PACKAGE / "cli").glob("*.py"):
+        source = path.read_text()
+        assert len(source.splitlines()) < 400, path.name
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef):
+                assert node.end_lineno - node.lineno < 60, f"{path.name}: {node.name}"
     assert not (PACKAGE.parent / "kernels" / "__init__.py").exists()  # would shadow Hugging Face's `kernels`
 
 

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 import rift_hf
 
-from .records import TRANSFORMERS, RunLog, machine, policy_config, summarise, update_summary
+from .records import TRANSFORMERS, Experiment, RunLog, machine, stats_row, summarise, update_summary
 from .tables import markdown_table
 
 LINEARS = ("torch", "weight-major")  # how small-batch linear layers are computed (`compare --linear`)
@@ -30,23 +30,11 @@ def _timed_generate(model, ids, **kwargs):
 
 
 def compare(
-    preset: str,
-    policies,
+    experiment: Experiment,
     compression: float,
-    input_tokens: int,
-    new_tokens: int,
-    per_task: int,
-    gamma: int,
-    window: int,
-    delta: int,
     out_dir: Path,
     dtype: str = "bfloat16",  # or "auto" (`rift_hf.models.resolve_dtype`; the CLI's default)
     *,
-    experiment: str = "main",
-    extra: dict | None = None,
-    budget_tokens: int | None = None,
-    tasks: tuple[str, ...] | None = None,
-    sources="code",
     models: tuple | None = None,
     summary_path: Path | None = None,
     reuse: dict | None = None,
@@ -55,11 +43,12 @@ def compare(
     linear: str = "torch",
 ) -> dict:
     """
-    Run `policies` side by side on the same prompts; returns (and writes) the records.
+    Run the experiment's policies side by side on the same prompts, by real generation; returns (and writes) the
+    records.
 
     A policy may carry a label after `@` with `key=value` overrides, e.g. `rift-dyn@delta=16` (E4's Δ sweep);
-    `extra` holds `RiftConfig` fields for every policy (e.g. `track_attention_mass`, ada thresholds);
-    `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
+    the experiment's `extra` holds `RiftConfig` fields for every policy (e.g. `track_attention_mass`, ada thresholds);
+    its `budget_tokens` fixes the budget in tokens instead of `1/compression` of the prompt; `models` reuses loaded
     `(target, draft, tokenizer)`; `reuse`, a dict shared between calls, keeps every generation by (prompt, length,
     config) so a later call with the same run (the target alone, `full`, an unchanged policy) reads it back instead of
     generating again (`full` ignores budget and Δ). Every generation is also appended to `<out_dir>/runs.jsonl` as it
@@ -71,7 +60,7 @@ def compare(
     linear layers, so `targets_dir` with it is a ValueError.
     """
     from ..models import fix_draft_length, load_preset, resolve_dtype
-    from ..prompts import describe_sources, prompt_set
+    from ..prompts import describe_sources
 
     if linear not in LINEARS:
         raise ValueError(f"linear must be one of {', '.join(LINEARS)}, got {linear!r}.")
@@ -80,6 +69,8 @@ def compare(
             f"targets_dir saves target outputs for replay, which must come from torch's own linear layers, but "
             f"linear={linear!r}: pass targets_dir=None, or linear='torch' to save them."
         )
+    preset, policies = experiment.preset, experiment.policies
+    new_tokens, gamma = experiment.new_tokens, experiment.gamma
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
     dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
     if linear == "weight-major":
@@ -88,18 +79,9 @@ def compare(
         weight_major_linear(target)
         weight_major_linear(draft)
     fix_draft_length(target, draft, gamma=gamma)
-    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    prompts = experiment.prompts(tokenizer)
     settings = {
-        "preset": preset,
-        "compression": compression if budget_tokens is None else None,
-        "budget_tokens": budget_tokens,
-        "extra": extra or {},
-        "gamma": gamma,
-        "window": window,
-        "delta": delta,
-        "input_tokens": input_tokens,
-        "new_tokens": new_tokens,
-        "tasks": list(dict.fromkeys(p.task for p in prompts)),
+        **experiment.settings(prompts, compression),
         "dtype": dtype,
         "machine": machine(),
         **({"linear": linear} if linear != "torch" else {}),
@@ -143,7 +125,7 @@ def compare(
                     log.add(prompt, run, out)
                     bar.update()
                     continue
-                config = policy_config(policy, budget_tokens or 1.0 / compression, window, delta, extra)
+                config = experiment.config(policy, compression)
                 same = {"policy": "full"} if config["policy"] == "full" else config
                 out, seconds, stats = _generate(
                     reuse,
@@ -158,39 +140,27 @@ def compare(
                 out = out.cpu()
                 if policy == "full":
                     full_output = out
+                output_tokens = out.shape[1] - prompt.tokens
                 runs.append(
                     {
-                        "prompt": prompt.name,
-                        "task": prompt.task,
-                        "policy": policy,
-                        "input_tokens": prompt.tokens,
-                        "output_tokens": out.shape[1] - prompt.tokens,
-                        "budget": stats.budget,
-                        "al": stats.acceptance_length,
-                        "rounds": len(stats.rounds),
-                        "accepted": [r["accepted"] for r in stats.rounds],
+                        **stats_row(prompt, policy, stats, output_tokens),
                         # Decode rounds only: the first round also holds the drafter's prefill.
                         "draft_ms_per_token": stats.decode_ms_per_draft_token,
-                        "rescorings": len(stats.rescorings),
                         "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
-                        "tokens_per_s": (out.shape[1] - prompt.tokens) / seconds,
+                        "tokens_per_s": output_tokens / seconds,
                         "speedup": plain_seconds / seconds,
                         "same_as_target": bool(torch.equal(out, plain)),
                         "same_as_full_drafter": None if full_output is None else bool(torch.equal(out, full_output)),
-                        "attention_mass": stats.attention_mass,
-                        "rescoring_events": stats.rescorings,
-                        "peak_kv_bytes": stats.peak_kv_bytes,
-                        "peak_store_bytes": stats.peak_store_bytes,
                     }
                 )
                 log.add(prompt, runs[-1], out)
                 bar.update()
     summary = summarise(runs, policies)
     result = {
-        "experiment": experiment,
+        "experiment": experiment.name,
         **settings,
         "prompts": len(prompts),
-        "sources": describe_sources(sources),
+        "sources": describe_sources(experiment.sources),
         "date": datetime.date.today().isoformat(),
         "rift_hf": rift_hf.__version__,
         "summary": summary,
@@ -198,7 +168,7 @@ def compare(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
-    update_summary(result, experiment, summary_path or out_dir.parent / "summary.json")
+    update_summary(result, experiment.name, summary_path or out_dir.parent / "summary.json")
     from .plots import plot_compare
 
     plot_compare(result, out_dir / "compare.png")

@@ -3,6 +3,7 @@ write a Hub-ready folder (`rift-hf train-head`). The head and its training live 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import torch
 
 from ..policies.selection_head import HEAD_NAME, SelectionHead
 from ..training.head import forward_seconds, head_examples, head_recall, train_selection_head
+
+CARRIED = "carried from before_dir (the head does not change the drafter)"
 
 
 def run_head(
@@ -32,7 +35,7 @@ def run_head(
     refresh: bool = False,
     before_dir: Path | None = None,
     after_dir: Path | None = None,
-    targets_dir: Path = Path("benchmarks/results/targets"),
+    targets_dir: Path | None = None,  # None: replay's default (records.TARGETS)
 ) -> dict:
     """
     Fit a selection head for `policy` on a preset's drafter and evaluate it before/after; write `out`.
@@ -51,7 +54,6 @@ def run_head(
     """
     import datetime
     import json
-    import platform
     import statistics
 
     from transformers import AutoTokenizer
@@ -59,7 +61,16 @@ def run_head(
     from ..config import RiftConfig
     from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
-    from .recipe import PROXY_MODULES, TASKS, TRAIN_MODULES, checked_run, replay_summary, training_sequences
+    from .recipe import (
+        PROXY_MODULES,
+        TASKS,
+        TRAIN_MODULES,
+        checked_run,
+        evaluation_record,
+        replay_summary,
+        training_sequences,
+    )
+    from .records import TARGETS, Experiment, machine
     from .replay_runs import replay_compare
 
     tick = time.perf_counter()
@@ -125,12 +136,11 @@ def run_head(
     before = after = None
     before_dir = Path(before_dir) if before_dir is not None else out / "replay-before"
     after_dir = Path(after_dir) if after_dir is not None else out / "replay-after"
+    evaluation = Experiment(preset, ("full", policy), eval_input_tokens, eval_new_tokens, eval_per_task, gamma=gamma,
+                            window=window, delta=delta, name="training")  # fmt: skip
     if replay:
-        common = dict(
-            targets_dir=targets_dir, models=(None, draft, tokenizer), summary_path=None, experiment="training"
-        )
-        settings = (eval_input_tokens, eval_new_tokens, eval_per_task, gamma, window, delta)
-        replay_compare(preset, ["full", policy], compressions, *settings, before_dir, **common)
+        common = dict(targets_dir=targets_dir or TARGETS, models=(None, draft, tokenizer))
+        replay_compare(evaluation, compressions, before_dir, **common)
         for c in compressions:  # the untouched drafter's full-cache rows, carried over (the head only scores)
             rows = [
                 line
@@ -141,9 +151,8 @@ def run_head(
             held = path.read_text().splitlines() if path.exists() else []
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join([*rows, *(r for r in held if json.loads(r)["policy"] != "full")]) + "\n")
-        replay_compare(
-            preset, [policy], compressions, *settings, after_dir, **common, extra={"selection_head": str(head_path)}
-        )
+        with_head = dataclasses.replace(evaluation, policies=(policy,), extra={"selection_head": str(head_path)})
+        replay_compare(with_head, compressions, after_dir, **common)
         before = replay_summary(before_dir, [policy], compressions)
         after = replay_summary(after_dir, [policy], compressions)
 
@@ -174,23 +183,13 @@ def run_head(
         "examples_seconds": examples_seconds,  # None: cached by a run that did not record the time
         "fit_seconds": fit_seconds,
         "total_seconds": time.perf_counter() - tick,
-        "eval": {
-            "method": "replay",
-            "input_tokens": eval_input_tokens,
-            "new_tokens": eval_new_tokens,
-            "per_task": eval_per_task,
-            "gamma": gamma,
-            "window": window,
-            "before_dir": str(before_dir),
-            "after_dir": str(after_dir),
-            "full_rows": "carried from before_dir (the head does not change the drafter)",
-        },
+        "eval": evaluation_record(evaluation, before_dir, after_dir, full_rows=CARRIED),
         "gamma": gamma,
         "window": window,
         "recommended_config": recommended,
         "before": before,
         "after": after,
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads (CPU)",
+        "machine": machine(),
         "dtype": "float32 (drafter, examples, fit and replay); target bfloat16",
         "date": datetime.date.today().isoformat(),
     }

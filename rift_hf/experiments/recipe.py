@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 import datetime
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 import torch
 
 from ..config import RiftConfig, policy_settings
+from .records import TARGETS, Experiment, machine
 
 TRAIN_MODULES = (
     "email.message",
@@ -166,6 +166,17 @@ def replay_summary(run_dir: Path, policies, compressions) -> dict:
     return out
 
 
+def evaluation_record(evaluation: Experiment, before_dir: Path, after_dir: Path, **notes) -> dict:
+    """The `eval` entry of a recipe's `eval.json`: how the drafter was replayed before and after (`notes` added)."""
+    return {
+        "method": "replay",
+        **{name: getattr(evaluation, name) for name in ("input_tokens", "new_tokens", "per_task", "gamma", "window")},
+        "before_dir": str(before_dir),
+        "after_dir": str(after_dir),
+        **notes,
+    }
+
+
 def checked_run(preset: str, compressions) -> list[float]:
     """A real preset's name and the evaluated compressions, sorted; a ValueError naming the fix otherwise."""
     from ..models import PRESETS
@@ -219,7 +230,7 @@ def run(
     replay: bool = True,
     before_dir: Path | None = None,
     after_dir: Path | None = None,
-    targets_dir: Path = Path("benchmarks/results/targets"),
+    targets_dir: Path = TARGETS,
     save_steps: int = 20,
 ) -> dict:
     """Evaluate, distil for `policy` at budgets between the `compressions`, evaluate again; write `out`."""
@@ -293,14 +304,13 @@ def run(
         }
         return result
 
+    evaluation = Experiment(preset, ("full", policy), eval_input_tokens, eval_new_tokens, eval_per_task, gamma=gamma,
+                            window=window, delta=delta, name="training")  # fmt: skip
+
     def replayed(folder: Path) -> dict | None:
         if not replay:
             return None
-        replay_compare(
-            preset, ["full", policy], compressions, eval_input_tokens, eval_new_tokens, eval_per_task, gamma, window,
-            delta, folder, targets_dir=targets_dir, models=(None, draft, tokenizer), summary_path=None,
-            experiment="training",
-        )  # fmt: skip
+        replay_compare(evaluation, compressions, folder, targets_dir=targets_dir, models=(None, draft, tokenizer))
         return replay_summary(folder, [policy], compressions)
 
     proxy_before = proxy()
@@ -405,16 +415,7 @@ def run(
         "total_seconds": time.perf_counter() - tick,
         "train_modules": [m for m in TRAIN_MODULES if any(i["name"].endswith(f":{m}") for i in train_items)],
         "proxy_modules": list(PROXY_MODULES),
-        "eval": {
-            "method": "replay",
-            "input_tokens": eval_input_tokens,
-            "new_tokens": eval_new_tokens,
-            "per_task": eval_per_task,
-            "gamma": gamma,
-            "window": window,
-            "before_dir": str(before_dir),
-            "after_dir": str(after_dir),
-        },
+        "eval": evaluation_record(evaluation, before_dir, after_dir),
         "gamma": gamma,
         "window": window,
         "recommended_config": recommended,
@@ -423,9 +424,7 @@ def run(
         "before": before,
         "after": after,
         "loss_log": [e["loss"] for e in trainer.state.log_history if "loss" in e],
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads (CPU)"
-        if not torch.cuda.is_available()
-        else torch.cuda.get_device_name(),
+        "machine": machine(),
         "dtype": "float32 (drafter, training and replay); target bfloat16",
         "date": datetime.date.today().isoformat(),
     }

@@ -3,6 +3,7 @@ acceptance-length metric, and `summary.json` upkeep."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import statistics
@@ -16,13 +17,119 @@ from ..config import policy_settings
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
 METRIC = Path(__file__).resolve().parent.parent / "metrics" / "acceptance_length"
+# Where the lab keeps its records, relative to the repository root (commands run from there): the one place such a
+# path is written (`RESULTS / "targets"` holds replay's target outputs, `RESULTS / "summary.json"` the headlines).
+RESULTS = Path("benchmarks/results")
+TARGETS = RESULTS / "targets"
+SUMMARY = RESULTS / "summary.json"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
 
 
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """
+    What a `compare` or `replay` run measures, shared by both runners and by the training recipes' evaluation: the
+    model preset, the policy labels (`rift-dyn@delta=16`), the prompt set (`input_tokens`, `per_task`, `tasks`,
+    `sources`, as `rift_hf.prompts.prompt_set` takes them), the drafting protocol (`gamma` drafts per round, constant
+    schedule, `new_tokens` per prompt) and the fields every policy is given: `window`, `delta`, `extra` (further
+    `RiftConfig` fields) and `budget_tokens` (a budget of that many tokens for every prompt instead of a share of it).
+    `name` is the experiment's key in `summary.json`.
+    """
+
+    preset: str
+    policies: tuple[str, ...]
+    input_tokens: int
+    new_tokens: int
+    per_task: int
+    tasks: tuple[str, ...] | None = None
+    sources: object = "code"
+    gamma: int = 11
+    window: int = 64
+    delta: int = 128
+    extra: dict | None = None
+    budget_tokens: int | None = None
+    name: str = "main"
+
+    def __post_init__(self):
+        object.__setattr__(self, "policies", tuple(self.policies))
+        if self.tasks is not None:
+            object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.budget_tokens is not None and (
+            isinstance(self.budget_tokens, bool) or not isinstance(self.budget_tokens, int)
+        ):
+            raise TypeError(
+                f"budget_tokens must be an int (tokens kept per layer) or None, got {self.budget_tokens!r}."
+            )
+
+    def prompts(self, tokenizer) -> list:
+        from ..prompts import prompt_set
+
+        return prompt_set(tokenizer, self.input_tokens, self.per_task, tasks=self.tasks, sources=self.sources)
+
+    def config(self, policy: str, compression: float | None) -> dict:
+        """`policy`'s RiftConfig fields: its budget is `budget_tokens`, or else `1 / compression` of the prompt."""
+        budget = self.budget_tokens if self.budget_tokens is not None else 1.0 / compression
+        return policy_config(policy, budget, self.window, self.delta, self.extra)
+
+    def settings(self, prompts, compression: float | None) -> dict:
+        """The fields every record of this experiment carries (the regimes as the prompts name them)."""
+        return {
+            "preset": self.preset,
+            "compression": compression if self.budget_tokens is None else None,
+            "budget_tokens": self.budget_tokens,
+            "extra": self.extra or {},
+            "gamma": self.gamma,
+            "window": self.window,
+            "delta": self.delta,
+            "input_tokens": self.input_tokens,
+            "new_tokens": self.new_tokens,
+            "tasks": list(dict.fromkeys(p.task for p in prompts)),
+        }
+
+
+def stats_row(prompt, policy: str, stats, output_tokens: int) -> dict:
+    """One prompt's record of a policy, from the run's `RiftStats`, as both runners write it (`compare` adds its
+    timings and lossless checks, replay its own seconds)."""
+    return {
+        "prompt": prompt.name,
+        "task": prompt.task,
+        "policy": policy,
+        "input_tokens": prompt.tokens,
+        "output_tokens": output_tokens,
+        "budget": stats.budget,
+        "al": stats.acceptance_length,
+        "rounds": len(stats.rounds),
+        "accepted": [r["accepted"] for r in stats.rounds],
+        "rescorings": len(stats.rescorings),
+        "rescoring_events": stats.rescorings,
+        "attention_mass": stats.attention_mass,
+        "peak_kv_bytes": stats.peak_kv_bytes,
+        "peak_store_bytes": stats.peak_store_bytes,
+    }
+
+
 def machine() -> str:
+    """The accelerator's name, or the CPU's: architecture, model, widest matrix instructions, threads. Machines of one
+    name differ (an AVX2 AMD CPU and an AMX Xeon ran this project's CPU figures), so records say which one ran."""
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()
-    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads (CPU)"
+    return f"{platform.machine()}, {cpu_name()}, {torch.get_num_threads()} threads (CPU)"
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its widest matrix instructions (AMX, AVX-512, AVX2) on Linux, else what `platform`
+    knows."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    first = info.split("\n\n", 1)[0].splitlines()  # the first processor's fields
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in first)}
+    name = " ".join(fields.get("model name", "unknown CPU").split())
+    flags = set(fields.get("flags", "").split())
+    widest = next((label for flag, label in (("amx_bf16", "AMX"), ("avx512f", "AVX-512"), ("avx2", "AVX2"))
+                   if flag in flags), None)  # fmt: skip
+    return f"{name} ({widest})" if widest else name
 
 
 class RunLog:

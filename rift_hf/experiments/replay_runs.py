@@ -22,7 +22,7 @@ from ..replay import (
     target_output,
     target_output_path,
 )
-from .records import machine, policy_config, summarise, update_summary
+from .records import TARGETS, Experiment, machine, stats_row, summarise, update_summary
 from .tables import markdown_table
 
 
@@ -45,52 +45,42 @@ def replay_models(preset: str, dtype: str = "float32") -> tuple:
 
 
 def replay_compare(
-    preset: str,
-    policies,
+    experiment: Experiment,
     compressions,
-    input_tokens: int,
-    new_tokens: int,
-    per_task: int,
-    gamma: int,
-    window: int,
-    delta: int,
     out_dir: Path,
     *,
     dtype: str = "float32",
     target_dtype: str = "bfloat16",
-    targets_dir: Path = Path("benchmarks/results/targets"),
-    tasks: tuple[str, ...] | None = None,
-    sources="code",
-    experiment: str = "E1",
+    targets_dir: Path = TARGETS,
     summary_path: Path | None = None,
-    extra: dict | None = None,
     models: tuple | None = None,
     cached_only: bool = False,
-    budget_tokens: int | None = None,
     prefills: Path | None = None,
 ) -> list[dict]:
     """
-    `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) measured by replay.
+    `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) of the experiment's
+    policies at each compression, measured by replay.
 
     Target outputs are read from (or computed once into) `targets_dir`, keyed by preset, prompt, length and dtype.
     Every replayed (compression, prompt, policy) is appended to `<out_dir>/<compression>x/rows.jsonl` as it finishes,
     so a killed run continues where it stopped. The drafter's prompt forward runs once per prompt and is shared by
     every policy (`capture_prefill`; all policies then use the "rift" attention backend when any policy scores).
-    One `compare.json` per compression is written (`"method": "replay"`),
-    and its records are upserted into `summary.json`. Timing fields are left empty: teacher-forced forwards do not
-    time real drafting. `models` reuses loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts
-    whose target output is not cached yet are left out (and named) instead of computed. With `budget_tokens`, the budget
-    is that many tokens for every prompt (E3's fixed budget across input lengths) instead of `1/compression` of it:
-    `compressions` is then ignored and the rows go to `<out_dir>/<budget_tokens>tok/`. With `prefills`, the drafter's
-    prompt forward is read from a prompt cache saved there (`rift_hf.prefill.prefill_folder`) where one exists.
+    One `compare.json` per compression is written (`"method": "replay"`), and its records are upserted into
+    `summary.json`. Timing fields are left empty: teacher-forced forwards do not time real drafting. `models` reuses
+    loaded `(target or None, drafter, tokenizer)`. With `cached_only`, prompts whose target output is not cached yet
+    are left out (and named) instead of computed. With the experiment's `budget_tokens`, the budget is that many tokens
+    for every prompt (E3's fixed budget across input lengths) instead of `1/compression` of it: `compressions` is then
+    ignored and the rows go to `<out_dir>/<budget_tokens>tok/`. With `prefills`, the drafter's prompt forward is read
+    from a prompt cache saved there (`rift_hf.prefill.prefill_folder`) where one exists.
     """
     from tqdm.auto import tqdm
 
     from ..models import PRESETS, fix_draft_length, load_model
-    from ..prompts import describe_sources, prompt_set
+    from ..prompts import describe_sources
 
-    if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)):
-        raise TypeError(f"budget_tokens must be an int (tokens kept per layer) or None, got {budget_tokens!r}.")
+    preset, policies, new_tokens, budget_tokens = (
+        experiment.preset, experiment.policies, experiment.new_tokens, experiment.budget_tokens
+    )  # fmt: skip
     # A size is a compression (budget = 1/size of the prompt) or, with budget_tokens, the budget itself in tokens.
     sizes = [budget_tokens] if budget_tokens is not None else list(compressions)
 
@@ -98,8 +88,8 @@ def replay_compare(
         return f"{size}tok" if budget_tokens is not None else f"{size:g}x"
 
     target, draft, tokenizer = replay_models(preset, dtype) if models is None else models
-    fix_draft_length(draft, gamma=gamma)
-    prompts = prompt_set(tokenizer, input_tokens, per_task, tasks=tasks, sources=sources)
+    fix_draft_length(draft, gamma=experiment.gamma)
+    prompts = experiment.prompts(tokenizer)
     records = []
     cached = {p.name: cached_target_output(targets_dir, preset, p.name, p.input_ids, new_tokens, target_dtype)
               for p in prompts}  # fmt: skip
@@ -120,13 +110,7 @@ def replay_compare(
             save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=target_dtype)
             record = load_target_output(path, prompt.input_ids)
         records.append(record)
-    configs = {
-        (size, policy): RiftConfig.coerce(
-            policy_config(policy, size if budget_tokens is not None else 1.0 / size, window, delta, extra)
-        )
-        for size in sizes
-        for policy in policies
-    }
+    configs = {(size, q): RiftConfig.coerce(experiment.config(q, size)) for size in sizes for q in policies}
     # One attention backend for every policy, so that all of them can start from one recorded prefill per prompt.
     scored = next((c for c in configs.values() if c.is_scored or c.track_attention_mass), None)
     if scored is not None:
@@ -166,20 +150,7 @@ def replay_compare(
             tick = time.perf_counter()
             stats = replay(draft, record, configs[compression, policy], prefill=prefill)
             row = {
-                "prompt": prompt.name,
-                "task": prompt.task,
-                "policy": policy,
-                "input_tokens": prompt.tokens,
-                "output_tokens": record.output_ids.shape[1],
-                "budget": stats.budget,
-                "al": stats.acceptance_length,
-                "rounds": len(stats.rounds),
-                "accepted": [r["accepted"] for r in stats.rounds],
-                "rescorings": len(stats.rescorings),
-                "rescoring_events": stats.rescorings,
-                "attention_mass": stats.attention_mass,
-                "peak_kv_bytes": stats.peak_kv_bytes,
-                "peak_store_bytes": stats.peak_store_bytes,
+                **stats_row(prompt, policy, stats, record.output_ids.shape[1]),
                 "replay_seconds": time.perf_counter() - tick,
             }
         rows_path = Path(out_dir) / folder(compression) / "rows.jsonl"
@@ -209,20 +180,11 @@ def replay_compare(
         ]
         runs = [done[compression][p.name, policy] for p in prompts for policy in kept]
         result = {
-            "experiment": experiment,
+            "experiment": experiment.name,
             "method": "replay",
-            "preset": preset,
-            "compression": None if budget_tokens is not None else compression,
-            "budget_tokens": budget_tokens,
-            "extra": extra or {},
-            "gamma": gamma,
-            "window": window,
-            "delta": delta,
-            "input_tokens": input_tokens,
-            "new_tokens": new_tokens,
+            **experiment.settings(prompts, compression),
             "prompts": len(prompts),
-            "tasks": list(dict.fromkeys(p.task for p in prompts)),
-            "sources": describe_sources(sources),
+            "sources": describe_sources(experiment.sources),
             "dtype": f"drafter {dtype}, target {target_dtype}",
             "machine": machine(),
             "date": datetime.date.today().isoformat(),
@@ -232,6 +194,6 @@ def replay_compare(
         (run_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
         (run_dir / "compare.md").write_text(markdown_table(result))
         if summary_path is not None:
-            update_summary(result, experiment, summary_path)
+            update_summary(result, experiment.name, summary_path)
         results.append(result)
     return results
