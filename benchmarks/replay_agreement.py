@@ -2,7 +2,8 @@
 
     python -m benchmarks.replay_agreement --input-tokens 1024 --new-tokens 128 --per-task 1 \
         --policies full,snapkv,rift-dyn --out benchmarks/results/replay_agreement-1k.json
-    python -m benchmarks.replay_agreement --table benchmarks/results/replay_agreement-1k.json --readme docs/results.md
+    python -m benchmarks.replay_agreement --table benchmarks/results/replay_agreement-1k.json \
+        --readme docs/results/replay.md
 
 The target's greedy output is computed (or read from the replay cache) once per prompt; each policy then runs once
 through real `generate(assistant_model=...)` and once through `rift_hf.replay`, with the drafter in `--dtype` and the

@@ -61,8 +61,8 @@ class RiftConfig:
             A registered policy (`rift_hf.policies.policy_names()`): built in `full`, `swa`, `snapkv`, `rift-stat`,
             `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's), `page-ahead`, `page-retrieval` and `page-round`
             (ours; `page-round` is the default: retention >= 0.93 at 4x and 8x on our pair at ~4K and ~8K inputs
-            with a step about as cheap as rift-dyn's, docs/results.md; `page-retrieval` keeps a little more AL at a
-            dearer step).
+            with a step about as cheap as rift-dyn's, docs/results/e1-scale.md; `page-retrieval` keeps a little more
+            AL at a dearer step).
         budget (`int` or `float`, defaults to `0.25`):
             Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
             as a fraction of the prompt length (0.25 = "4x compression").

@@ -34,7 +34,7 @@ class PageRound(WholePages, Policy):
     stacks_layers = True  # heads are chosen independently: one call of `select_pages` serves every layer
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL
-    # with 2, 0.92 / 0.97 and 0.78 / 0.91 with 0 (docs/results.md).
+    # with 2, 0.92 / 0.97 and 0.78 / 0.91 with 0 (docs/results/e1-scale.md).
     pages_ahead = 2
     rho = 0.125
     block_size = 8
