@@ -25,12 +25,16 @@ COMMANDS = {
     "push": push,
     "summary": summary,
 }
+DESCRIPTION = (
+    "rift-hf: speculative decoding with a compressed drafter cache. Measure policies by real generation (compare) or "
+    "by replay, train and publish drafters, render results; `rift-hf <command> --help` for each command."
+)
 DEMO_HELP = "the Gradio app comparing policies live (rift-hf demo --help)"
 
 
 def parser() -> Parser:
     """Every subcommand's arguments, in the order `rift-hf --help` lists them."""
-    root = Parser(prog="rift-hf", description=__doc__.split("\n\n")[0])
+    root = Parser(prog="rift-hf", description=DESCRIPTION)
     root.add_argument("--version", action="version", version=f"rift-hf {rift_hf.__version__}")
     sub = root.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, command in COMMANDS.items():
