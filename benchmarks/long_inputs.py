@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from rift_hf import RiftConfig
 from rift_hf.cli import split_labels
+from rift_hf.cli.arguments import sources
 from rift_hf.experiments.records import machine, policy_config
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import PRESETS, fix_draft_length, load_preset
@@ -359,7 +360,7 @@ def main(argv=None) -> None:
         p.add_argument("--new-tokens", type=int, default=256)
         p.add_argument("--per-task", type=int, default=8)
         p.add_argument("--tasks", type=lambda t: tuple(t.split(",")), default=("repeat", "continue"))
-        p.add_argument("--sources", default="repo")
+        p.add_argument("--sources", default="repo", type=sources, help="a source set, or sources separated by commas")
         p.add_argument("--window", type=int, default=64)
         p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
         p.add_argument("--targets", type=Path, default=TARGETS)
