@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 from pathlib import Path
 
 import torch
@@ -238,68 +239,81 @@ def run_speed(args) -> None:
 def speed_table(folder: Path) -> str:
     """
     Per setting, over the prompts of a `speed` folder: decode tokens/s (new tokens over the decode phase), speed-up
-    over the target alone and over transformers' own assisted generation (mean of per-prompt ratios, range), AL,
-    retention (AL over the full RiftCache's on the same prompt, same run), drafter KV peak, output = target alone.
+    over the target alone and over transformers' own assisted generation (the first `transformers` setting, with or
+    without options after `@`; mean of per-prompt ratios, range), AL, retention (AL over the full RiftCache's on the
+    same prompt, same run), drafter KV peak, output = target alone. With several prompts per regime, the same per
+    regime after.
     """
-    import statistics
+    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    prefill = [r["prefill_seconds"] for r in rows if r["setting"] == "target"]
+    first = rows[0]
+    lengths = sorted({r["input_tokens"] for r in rows})
+    prompts = list(dict.fromkeys(r["prompt"] for r in rows))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
 
+    head = (
+        f"{len(prompts)} prompts ({', '.join(tasks)}), {lengths[0]}-{lengths[-1]} "
+        f"input tokens, {first['output_tokens']} new tokens, gamma <= {first['gamma']}, {first['dtype']}, "
+        f"{first.get('linear', 'torch')} linear layers, target attention "
+        f"{first.get('attention', {}).get('target', 'sdpa')}, "
+        f"{first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}. Decode phase only: each prompt's "
+        f"forwards were recorded once (target {_cell([p['target'] for p in prefill], '{:.0f}')} s, drafter "
+        f"{_cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them. Drafting share: the "
+        "drafter's time over the decode phase's (the rest is the target's verification and the loop).\n\n"
+    )
+    text = head + _speed_rows(rows)
+    if len(prompts) > len(tasks) > 1:  # several prompts in each of several regimes
+        for task in tasks:
+            mine = [r for r in rows if r["task"] == task]
+            text += f"\n`{task}` ({len({r['prompt'] for r in mine})} prompts):\n\n" + _speed_rows(mine)
+    return text
+
+
+def _cell(values, fmt="{:.2f}") -> str:
+    """Mean (min-max) of per-prompt values; the value alone for one prompt, `-` for none."""
+    if not values:
+        return "-"
+    mean = fmt.format(statistics.mean(values))
+    return mean if len(values) == 1 else f"{mean} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def _speed_rows(rows: list[dict]) -> str:
+    """`speed_table`'s table over `rows` (one per prompt and setting)."""
     from rift_hf.experiments.tables import pipe_table
 
-    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
     by = {(r["prompt"], r["setting"]): r for r in rows}
     prompts = list(dict.fromkeys(r["prompt"] for r in rows))
     settings = list(dict.fromkeys(r["setting"] for r in rows))
+    assisted = next((s for s in settings if s.partition("@")[0] == "transformers"), None)
 
-    def ratios(setting, over, key="tokens_per_s", flip=False):
-        values = []
-        for p in prompts:
-            a, b = by.get((p, setting)), by.get((p, over))
-            if a and b and a.get(key) and b.get(key):
-                values.append(b[key] / a[key] if flip else a[key] / b[key])
-        return values
-
-    def cell(values, fmt="{:.2f}"):
-        if not values:
-            return "-"
-        mean = fmt.format(statistics.mean(values))
-        return mean if len(values) == 1 else f"{mean} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+    def ratios(setting, over, key="tokens_per_s"):
+        pairs = [(by.get((p, setting)), by.get((p, over))) for p in prompts]
+        return [a[key] / b[key] for a, b in pairs if a and b and a.get(key) and b.get(key)]
 
     full = "full" if "full" in settings else None
     table = []
     for setting in settings:
         mine = [by[p, setting] for p in prompts if (p, setting) in by]
         kv = [r["peak_kv_bytes"] + r.get("peak_store_bytes", 0) for r in mine if r.get("peak_kv_bytes") is not None]
+        rift = setting != "target" and setting.partition("@")[0] != "transformers"
         table.append(
             [
                 setting,
-                cell([r["tokens_per_s"] for r in mine]),
-                cell(ratios(setting, "target")) + "x",
-                cell(ratios(setting, "transformers")) + "x" if "transformers" in settings else "-",
-                cell([r["al"] for r in mine if r.get("al")]),
-                cell(ratios(setting, full, "al")) if full and setting not in ("target", "transformers") else "-",
-                cell([b / 2**20 for b in kv], "{:.0f}") + " MiB" if kv else "-",
-                cell([r["draft_seconds"] / r["seconds"] for r in mine if r.get("draft_seconds") is not None]),
+                _cell([r["tokens_per_s"] for r in mine]),
+                _cell(ratios(setting, "target")) + "x",
+                _cell(ratios(setting, assisted)) + "x" if assisted else "-",
+                _cell([r["al"] for r in mine if r.get("al")]),
+                _cell(ratios(setting, full, "al")) if full and rift else "-",
+                _cell([b / 2**20 for b in kv], "{:.0f}") + " MiB" if kv else "-",
+                _cell([r["draft_seconds"] / r["seconds"] for r in mine if r.get("draft_seconds") is not None]),
                 f"{sum(bool(r['same_as_target']) for r in mine)}/{len(mine)}",
             ]
         )
-    first = rows[0]
-    lengths = sorted({r["input_tokens"] for r in rows})
-    prefill = [r["prefill_seconds"] for r in rows if r["setting"] == "target"]
-    head = (
-        f"{len(prompts)} prompts ({', '.join(dict.fromkeys(r['task'] for r in rows))}), {lengths[0]}-{lengths[-1]} "
-        f"input tokens, {first['output_tokens']} new tokens, gamma <= {first['gamma']}, {first['dtype']}, "
-        f"{first.get('linear', 'torch')} linear layers, target attention "
-        f"{first.get('attention', {}).get('target', 'sdpa')}, "
-        f"{first['machine']}, {', '.join(sorted({r['date'] for r in rows}))}. Decode phase only: each prompt's "
-        f"forwards were recorded once (target {cell([p['target'] for p in prefill], '{:.0f}')} s, drafter "
-        f"{cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them. Drafting share: the "
-        "drafter's time over the decode phase's (the rest is the target's verification and the loop).\n\n"
-    )
     headers = [
         "setting", "tokens/s", "vs target alone", "vs transformers' assisted", "AL", "retention", "drafter KV peak",
         "drafting share", "output = target alone",
     ]  # fmt: skip
-    return head + pipe_table(headers, table) + "\n"
+    return pipe_table(headers, table) + "\n"
 
 
 def speed_plot(folders: list[Path], out: Path, over: str = "transformers") -> Path:

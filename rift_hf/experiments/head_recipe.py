@@ -11,6 +11,7 @@ import torch
 
 from ..policies.selection_head import HEAD_NAME, SelectionHead
 from ..training.head import forward_seconds, head_examples, head_recall, train_selection_head
+from .records import TARGETS
 
 CARRIED = "carried from before_dir (the head does not change the drafter)"
 
@@ -35,7 +36,7 @@ def run_head(
     refresh: bool = False,
     before_dir: Path | None = None,
     after_dir: Path | None = None,
-    targets_dir: Path | None = None,  # None: replay's default (records.TARGETS)
+    targets_dir: Path = TARGETS,
 ) -> dict:
     """
     Fit a selection head for `policy` on a preset's drafter and evaluate it before/after; write `out`.
@@ -70,7 +71,7 @@ def run_head(
         replay_summary,
         training_sequences,
     )
-    from .records import TARGETS, Experiment, machine
+    from .records import Experiment, machine
     from .replay_runs import replay_compare
 
     tick = time.perf_counter()
@@ -139,7 +140,7 @@ def run_head(
     evaluation = Experiment(preset, ("full", policy), eval_input_tokens, eval_new_tokens, eval_per_task, gamma=gamma,
                             window=window, delta=delta, name="training")  # fmt: skip
     if replay:
-        common = dict(targets_dir=targets_dir or TARGETS, models=(None, draft, tokenizer))
+        common = dict(targets_dir=targets_dir, models=(None, draft, tokenizer))
         replay_compare(evaluation, compressions, before_dir, **common)
         for c in compressions:  # the untouched drafter's full-cache rows, carried over (the head only scores)
             rows = [
