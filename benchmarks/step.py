@@ -16,7 +16,7 @@ Parts, all in one process so that ratios compare like with like:
   "target-step"`) and a verification forward of gamma + 1 tokens (`mode: "target-verify"`), so `rift-hf table
   <replay folder> --estimate <this file>` can turn replayed AL into an end-to-end speed estimate;
 - `refresh` (not in the default parts): for the policies of `--policies` whose refresh chooses every layer's pages
-  in one stacked call (`Policy.stacks_layers`, page-round), ms per refresh that way and one call per layer,
+  in one stacked call (`Policy.select_layers`, page-round), ms per refresh that way and one call per layer,
   alternating in one decode run at each input length and budget;
 - `compiled` (not in the default parts): for the policies of `--compiled-policies`, a drafter step eager and
   compiled (`compile=True`) at each input length and budget, one step of each in turn on two caches made from one
@@ -232,23 +232,26 @@ def run_compiled(model, prefill, length, policy, budget, args, device) -> dict:
 
 
 def stacks_layers(policy: str, budget: int, args) -> bool:
-    """Whether the policy's refresh chooses for every layer in one call (`Policy.stacks_layers`): `refresh` times it."""
-    return rift_hf.RiftConfig.coerce(policy_config(policy, budget, args)).policy_object.stacks_layers
+    """Whether the policy's refresh chooses for every layer in one call (`Policy.select_layers`): `refresh` times it."""
+    chosen = rift_hf.RiftConfig.coerce(policy_config(policy, budget, args)).policy_object
+    return type(chosen).select_layers is not rift_hf.Policy.select_layers
 
 
 def run_refresh(model, prefill, length, policy, budget, args, device) -> dict:
-    """A page policy's refresh (`Policy.stacks_layers`) timed both ways in one decode run: every layer chosen in one
-    stacked call, or one call per layer (`stacks_layers` switched off on the cache's policy), alternating every four
-    steps; ms per refresh, median of each way (the selections are the same either way)."""
+    """A page policy's refresh (`Policy.select_layers`) timed both ways in one decode run: every layer chosen in one
+    stacked call, or one call per layer (a `select_layers` that returns None on the cache's policy), alternating every
+    four steps; ms per refresh, median of each way (the selections are the same either way)."""
     cache = rift_hf.RiftCache(model.config, policy_config(policy, budget, args))
     with torch.no_grad():
         load_prefill(cache, prefill)
         cache.get_mask_sizes(1, 0)
     token, seconds = prefill.logits[-1:].argmax(-1)[None], {True: [], False: []}
+    stacked_hook, per_layer = cache.policy.select_layers, lambda layers, cache: None
     with torch.no_grad():
         for i in range(args.steps):
             stacked = (i // 4) % 2 == 0
-            cache.policy.stacks_layers = stacked  # read at the commit that starts this forward
+            # Read at the commit that starts this forward; a hook that returns None leaves each layer to itself.
+            cache.policy.select_layers = stacked_hook if stacked else per_layer
             before = len(cache.events)
             token = _greedy_step(model, cache, token, length + i, device)
             seconds[stacked] += [e["seconds"] for e in cache.events[before:]]

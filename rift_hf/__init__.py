@@ -9,7 +9,7 @@ _check_transformers()  # before anything touches transformers' private generate 
 
 # ruff: noqa: E402
 from . import attention as _attention
-from .cache import RiftCache, RiftLayer, RiftRetrievalLayer, RiftStateLayer, RiftStoreLayer
+from .cache import RiftCache, RiftLayer, RiftRetrievalLayer, RiftSelectLayer, RiftStateLayer, RiftStoreLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset
 from .cpu import gqa_attention, weight_major_linear
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
@@ -45,6 +45,7 @@ __all__ = [
     "RiftConfig",
     "RiftLayer",
     "RiftRetrievalLayer",
+    "RiftSelectLayer",
     "RiftStateLayer",
     "RiftStoreLayer",
     "RiftStats",

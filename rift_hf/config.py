@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .policies import Policy, policy_class, policy_names
+from .policies.params import positive_int
 
 
 def _store_policies() -> str:
@@ -181,17 +182,7 @@ class RiftConfig:
             self.block_size = policy_class(self.policy).block_size
         if self.pages_ahead is None:
             self.pages_ahead = policy_class(self.policy).pages_ahead
-        if isinstance(self.pages_ahead, bool) or not isinstance(self.pages_ahead, int) or self.pages_ahead < 0:
-            raise ValueError(f"`pages_ahead` must be an int >= 0, got {self.pages_ahead!r}.")
-        if isinstance(self.tokens_ahead, bool) or not isinstance(self.tokens_ahead, int) or self.tokens_ahead < 0:
-            raise ValueError(f"`tokens_ahead` must be an int >= 0, got {self.tokens_ahead!r}.")
-        chosen = policy_class(self.policy)
-        if self.tokens_ahead and (not chosen.scored or chosen.retrieves or chosen.summarises_pages):
-            raise ValueError(
-                f"Policy {self.policy!r} does not select tokens by score, so `tokens_ahead` has nothing to act on; "
-                "drop it, or use snapkv, rift-stat, rift-stat-block, rift-dyn, rift-ada or page-ahead "
-                "(page-round brings following pages with `pages_ahead`)."
-            )
+        self._check_policy_fields()  # a field the policy does not read, set, is refused before anything else
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
                 f"`budget` must be an int (tokens) or a float in (0, 1) (fraction of the prompt), got {self.budget!r}."
@@ -203,25 +194,10 @@ class RiftConfig:
             )
         if isinstance(self.budget, int) and self.budget <= 0:
             raise ValueError(f"`budget` must be a positive number of tokens, got {self.budget}.")
-        for name in ("rho", "al_threshold", "entropy_threshold", "drift_threshold", "al_alpha"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise TypeError(f"`{name}` must be a number{' or None' if name != 'al_alpha' else ''}, got {value!r}.")
+        if self.rho is not None and (isinstance(self.rho, bool) or not isinstance(self.rho, (int, float))):
+            raise TypeError(f"`rho` must be a number or None, got {self.rho!r}.")
         if self.rho is not None and not 0.0 <= self.rho <= 1.0:
             raise ValueError(f"`rho` must lie in [0, 1], got {self.rho}.")
-        for name in ("al_threshold", "entropy_threshold", "drift_threshold"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(
-                    f"`{name}` must be a finite number (or None to turn that signal off), got {value}; a NaN would "
-                    "silently never fire."
-                )
-        if self.rho is not None and self.rho < 1.0 and chosen.compresses and not chosen.scored:
-            raise ValueError(
-                f"Policy {self.policy!r} keeps only sinks and its recent window (it selects nothing to fill the rest "
-                f"of the budget), so `rho` must be 1 or None, got {self.rho}; drop `rho`, or pick a policy that "
-                "selects (e.g. 'rift-stat')."
-            )
         if isinstance(self.n_sink, bool) or not isinstance(self.n_sink, int):
             raise TypeError(f"`n_sink` must be an int, got {self.n_sink!r}.")
         if self.n_sink < 0:
@@ -231,7 +207,7 @@ class RiftConfig:
                 f"`kv_equal_bytes` must be True, False or one of {', '.join(EQUAL_BYTES_DTYPES)} (count the budget's "
                 f"bytes as if the model ran in that dtype), got {self.kv_equal_bytes!r}."
             )
-        for name in ("snapkv_grow", "track_attention_mass", "attend_in_place", "compile"):
+        for name in ("track_attention_mass", "attend_in_place", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.selection_head is not None:
@@ -255,35 +231,14 @@ class RiftConfig:
                 f"`attend_in_place` attends the rows of the full store, which policy {self.policy!r} does not keep; "
                 f"drop it, or use a store policy ({_store_policies()})."
             )
-        for name in (
-            "window",
-            "pool_kernel",
-            "block_size",
-            "delta",
-            "check_interval",
-            "a_min",
-            "a_max",
-            "store_group_size",
-            "store_residual",
-            "kv_group_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+        for name in ("store_group_size", "store_residual", "kv_group_size"):
+            positive_int(name, getattr(self, name))
         if self.draft_length not in ("auto", "fixed"):
             raise ValueError(
                 f"`draft_length` must be 'auto' (cost-aware, per round) or 'fixed' (transformers' "
                 f"num_assistant_tokens schedule), got {self.draft_length!r}."
             )
-        if self.pool not in ("avg", "max"):
-            raise ValueError(f"`pool` must be 'avg' or 'max', got {self.pool!r}.")
-        if self.pool_kernel % 2 == 0:
-            raise ValueError(f"`pool_kernel` must be odd so pooling keeps positions aligned, got {self.pool_kernel}.")
-        if self.a_min > self.a_max:
-            raise ValueError(f"`a_min` ({self.a_min}) must not exceed `a_max` ({self.a_max}).")
-        if not 0.0 < self.al_alpha <= 1.0:
-            raise ValueError(f"`al_alpha` must lie in (0, 1], got {self.al_alpha}.")
-        self._check_policy_fields()
+        self.policy_object.check_params()  # the fields the policy reads, and its own rules between them
         if self.compile:
             self._check_compile()
         if isinstance(self.budget, int):

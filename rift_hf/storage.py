@@ -625,3 +625,19 @@ class QuantizedWorkingSet(WorkingSet):
         """Bytes held: the full-precision rows plus the quantised selection (data, scales, shifts)."""
         quantised = 0 if self.selection is None else _nbytes(self.selection[0]) + _nbytes(self.selection[1])
         return super().nbytes(length) + quantised
+
+
+def new_store(config, like: torch.Tensor, capacity: int, device) -> Rows | QuantizedRows:
+    """The full store a `RiftConfig` asks for: every row in the model's dtype, or quantised (`store_dtype`), on
+    `device` (the compute device, or `store_device`)."""
+    if config.store_dtype is None:
+        return Rows(like, capacity, device=device)
+    return QuantizedRows(like, config.store_dtype, config.store_group_size, config.store_residual, device=device)
+
+
+def new_working_set(config, like: torch.Tensor, capacity: int, with_kv: bool = True) -> WorkingSet:
+    """The working set a `RiftConfig` asks for: in the model's dtype, or its selection in `kv_dtype` (sinks and the
+    recent window stay in the model's dtype). `with_kv=False` keeps positions only (the store is attended in place)."""
+    if config.kv_dtype is None:
+        return WorkingSet(like, capacity, with_kv=with_kv)
+    return QuantizedWorkingSet(like, capacity, config.kv_dtype, config.kv_group_size, config.n_sink)

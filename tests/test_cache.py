@@ -194,16 +194,17 @@ def test_mask_sizes_place_stored_entries_before_the_queries():
 
 
 def test_each_policy_gets_the_layer_class_of_its_mode():
-    from rift_hf import POLICIES, RiftLayer, RiftRetrievalLayer, RiftStoreLayer
+    from rift_hf import POLICIES, RiftLayer, RiftRetrievalLayer, RiftSelectLayer, RiftStoreLayer
 
     for name in POLICIES:
         policy = RiftConfig(policy=name).policy_object
         cache = RiftCache(llama_config(), {"policy": name})
-        want = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftLayer
+        want = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftSelectLayer
         assert {type(layer) for layer in cache.rift_layers} == {want}, name
     assert type(RiftCache(llama_config(), {"policy": "page-round"}).rift_layers[0]) is RiftStoreLayer
     assert type(RiftCache(llama_config(), {"policy": "page-retrieval"}).rift_layers[0]) is RiftRetrievalLayer
-    assert type(RiftCache(llama_config(), {"policy": "rift-stat"}).rift_layers[0]) is RiftLayer
+    assert type(RiftCache(llama_config(), {"policy": "rift-stat"}).rift_layers[0]) is RiftSelectLayer
+    assert all(issubclass(c, RiftLayer) for c in (RiftSelectLayer, RiftStoreLayer, RiftRetrievalLayer))
 
 
 def test_a_policy_that_refreshes_without_a_store_is_told_what_to_declare(monkeypatch):

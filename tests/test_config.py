@@ -41,8 +41,13 @@ def test_block_budget_rounds_down_to_whole_blocks():
         ({"rho": 1.2}, ValueError, "rho"),
         ({"rho": -0.1}, ValueError, "rho"),
         ({"budget": 32, "window": 30, "n_sink": 4}, ValueError, "n_sink \\+ window"),
-        ({"pool_kernel": 4}, ValueError, "odd"),
-        ({"a_min": 600}, ValueError, "a_min"),
+        ({"policy": "rift-stat", "pool_kernel": 4}, ValueError, "odd"),
+        ({"policy": "rift-ada", "a_min": 600}, ValueError, "`a_min` \\(600\\) must not exceed"),
+        ({"policy": "rift-dyn", "delta": 0}, ValueError, "`delta` must be a positive int"),
+        ({"policy": "page-round", "pages_ahead": -1}, ValueError, "`pages_ahead` must be an int >= 0"),
+        ({"policy": "rift-ada", "al_threshold": float("nan")}, ValueError, "finite"),
+        ({"policy": "snapkv", "snapkv_grow": 1}, TypeError, "True or False"),
+        ({"a_min": 600}, ValueError, "does not read `a_min`"),
     ],
 )
 def test_bad_config_raises_with_fix(kwargs, error, match):

@@ -80,3 +80,19 @@ def test_every_import_of_the_package_names_a_module_that_exists():
                 if importlib.util.find_spec(name) is None:
                     missing.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
     assert not missing, missing
+
+
+def test_the_cache_is_one_small_class_per_mode():
+    """transformers' cache layers are small classes, one per kind; so are ours (a mode's logic in its own file, the
+    shared helpers beside them), none long enough to hide a second mode behind a flag."""
+    from rift_hf.cache import RiftLayer, RiftRetrievalLayer, RiftSelectLayer, RiftStoreLayer
+
+    classes = {}
+    for path in (PACKAGE / "cache").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node.end_lineno - node.lineno + 1
+    assert {"RiftCache", "RiftLayer", "RiftSelectLayer", "RiftStoreLayer", "RiftRetrievalLayer"} <= set(classes)
+    assert max(classes.values()) <= 200, classes
+    for mode in (RiftSelectLayer, RiftStoreLayer, RiftRetrievalLayer):
+        assert mode.__bases__ == (RiftLayer,)  # each mode on the shared layer, none on another mode

@@ -275,12 +275,12 @@ def test_page_round_keeps_its_page_summaries_up_to_date_through_rollbacks():
         chosen = policy.select_pages(layer.queries, reference, layer.scale, config.n_sink, hi, cache.n_select)
         assert torch.equal(layer.selected, chosen)
     # The refreshes above chose for both layers in one call (their heads stacked); it picks what each layer alone does.
-    assert len(cache.rift_layers) > 1 and policy.stacks_layers
-    stacked = cache._select_pages_stacked()
+    assert len(cache.rift_layers) > 1
+    stacked = policy.select_layers(cache.rift_layers, cache)
     assert stacked is not None
     assert all(torch.equal(s, layer.selected) for s, layer in zip(stacked, cache.rift_layers, strict=True))
     cache.rift_layers[1].scale *= 2  # layers that are not alike: each selects for itself
-    assert cache._select_pages_stacked() is None
+    assert policy.select_layers(cache.rift_layers, cache) is None
 
 
 def test_rank_pages_ahead_orders_like_two_stable_sorts_with_ties_and_signs():
@@ -324,7 +324,7 @@ def test_tokens_ahead_must_be_a_non_negative_int(value):
 
 @pytest.mark.parametrize("policy", ["full", "swa", "page-round", "page-retrieval"])
 def test_tokens_ahead_is_refused_where_no_token_is_selected_by_score(policy):
-    with pytest.raises(ValueError, match="does not select tokens by score"):
+    with pytest.raises(ValueError, match="does not read `tokens_ahead`.*only snapkv, rift-stat.*Drop `tokens_ahead`"):
         RiftConfig(policy=policy, tokens_ahead=4)
     RiftConfig(policy=policy, tokens_ahead=0)
 

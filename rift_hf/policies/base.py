@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from .params import CHECKS
 from .schedules import Once, Schedule
 from .scorers import carry_forward, snapkv_scores
 from .selection import select_tokens
@@ -62,17 +63,15 @@ class Policy:
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
         summarises_pages: the layer keeps a summary of every committed page (`summarise`), and a refresh selects from
             them with `select_pages` instead of scoring every key with `score` (page-round).
-        stacks_layers: `select_pages` chooses for every KV head on its own, so the cache may stack the heads of all
-            compressed layers into one call (one scoring and ranking per refresh, not one per layer).
         store_dtype: what `RiftConfig(store_dtype="auto")` (the default) keeps the full store in: None (the model's
             dtype) or a quantised dtype (`int8`, `int4`, `int2`).
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
         params: the `RiftConfig` fields of its own this policy reads (beside the common ones: budget, rho, n_sink,
-            tokens_ahead, storage and drafting fields, each checked on its own). A field some other policy reads,
-            set away from its default for a policy that does not list it, is refused (`RiftConfig`), so a setting
-            never silently does nothing.
+            storage and drafting fields, checked by `RiftConfig`), checked by `check_params` (`policies/params.py`
+            says what each must hold). A field some other policy reads, set away from its default for a policy that
+            does not list it, is refused (`RiftConfig`), so a setting never silently does nothing.
     """
 
     name: ClassVar[str] = ""
@@ -84,13 +83,17 @@ class Policy:
     pages_ahead: ClassVar[int] = 0
     retrieves: ClassVar[bool] = False
     summarises_pages: ClassVar[bool] = False
-    stacks_layers: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
     store_dtype: ClassVar[str | None] = None
-    params: ClassVar[frozenset[str]] = frozenset({"window", "pool", "pool_kernel"})
+    params: ClassVar[frozenset[str]] = frozenset({"window", "pool", "pool_kernel", "tokens_ahead"})
 
     def __init__(self, config: RiftConfig):
         self.config = config
+
+    def check_params(self) -> None:
+        """Raise if a field this policy reads holds what it cannot use (a policy adds its own cross-field rules)."""
+        for name in sorted(self.params):
+            CHECKS[name](name, getattr(self.config, name))
 
     # Budget layout ---------------------------------------------------------------------------------------------
     def default_rho(self, budget: int) -> float:
@@ -134,3 +137,8 @@ class Policy:
     def schedule(self) -> Schedule:
         """When the selection is refreshed from the store (only meaningful with `keeps_store`)."""
         return Once()
+
+    def select_layers(self, layers: list, cache) -> tuple[torch.Tensor, ...] | None:
+        """A refresh's new selection for every compressed layer of `cache` at once (`[H_kv, S]` each), or None: each
+        layer then re-selects for itself (`RiftStoreLayer`)."""
+        return None

@@ -22,7 +22,7 @@ class PageAhead(WholePages, Policy):
     """Whole pages (the budget splits into sinks, whole pages and a window), chosen per KV head."""
 
     name = "page-ahead"
-    params = frozenset({"window", "pool", "pool_kernel", "block_size", "pages_ahead", "delta"})
+    params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "block_size", "pages_ahead", "delta"})
     keeps_store = True
     rho = 0.25
     pages_ahead = 1

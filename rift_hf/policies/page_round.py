@@ -31,7 +31,6 @@ class PageRound(WholePages, Policy):
     params = frozenset({"window", "block_size", "pages_ahead"})
     keeps_store = True
     summarises_pages = True
-    stacks_layers = True  # heads are chosen independently: one call of `select_pages` serves every layer
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL
     # with 2, 0.92 / 0.97 and 0.78 / 0.91 with 0 (docs/results/e1-scale.md).
@@ -78,3 +77,33 @@ class PageRound(WholePages, Policy):
         chosen = chosen.sort(dim=-1).values
         offsets = torch.arange(page, device=summaries.device)
         return (n_sink + (first + chosen[:, :, None]) * page + offsets).flatten(1)
+
+    def select_layers(self, layers: list, cache) -> tuple[torch.Tensor, ...] | None:
+        """
+        A refresh of every compressed layer in one `select_pages` call: `select_pages` chooses for every KV head on its
+        own, so the layers' heads are stacked as heads of one layer and scoring and ranking run once per refresh
+        instead of once per layer. None (each layer then selects for itself) unless the layers are alike: compressed,
+        with recent queries, the same query heads, store shape, length, window, scale and device.
+        """
+        first = layers[0]
+        if not all(
+            layer.compressed
+            and layer.store is not None
+            and layer.queries is not None
+            and layer.queries.shape[2] > 0
+            and layer.queries.shape[1] == first.queries.shape[1]  # heads of a group kept together when stacked
+            and layer.store.shape == first.store.shape
+            and layer.seen == first.seen
+            and layer.scale == first.scale
+            and layer.device == first.device
+            and layer.recent_window() == first.recent_window()
+            for layer in layers
+        ):
+            return None
+        for layer in layers:
+            layer.summarise_pages()
+        query = torch.cat([cache.scoring_query(layer.layer_idx, layer.queries)[:, :, -1:] for layer in layers], dim=1)
+        pages = torch.cat([layer.pages.used_keys for layer in layers], dim=1)
+        hi = first.seen - first.recent_window()
+        selected = self.select_pages(query, pages, first.scale, self.config.n_sink, hi, cache.n_select)
+        return selected.split([layer.pages.shape[1] for layer in layers])

@@ -14,6 +14,7 @@ class RiftAdaptive(Policy):
             "window",
             "pool",
             "pool_kernel",
+            "tokens_ahead",
             "check_interval",
             "a_min",
             "a_max",
@@ -24,6 +25,11 @@ class RiftAdaptive(Policy):
         }
     )
     keeps_store = True
+
+    def check_params(self) -> None:
+        super().check_params()
+        if self.config.a_min > self.config.a_max:
+            raise ValueError(f"`a_min` ({self.config.a_min}) must not exceed `a_max` ({self.config.a_max}).")
 
     def schedule(self):
         return Adaptive(self.config)

@@ -9,7 +9,7 @@ from .schedules import Every
 @register
 class RiftDynamic(Policy):
     name = "rift-dyn"
-    params = frozenset({"window", "pool", "pool_kernel", "delta"})
+    params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "delta"})
     keeps_store = True
 
     def schedule(self):

@@ -11,7 +11,7 @@ from .selection import select_blocks
 @register
 class RiftStaticBlock(WholePages, Policy):
     name = "rift-stat-block"
-    params = frozenset({"window", "pool", "pool_kernel", "block_size"})
+    params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "block_size"})
 
     def select(self, scores, lo, hi, count):
         block = self.config.block_size

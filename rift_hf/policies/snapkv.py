@@ -8,7 +8,7 @@ from .base import Policy, register
 @register
 class SnapKV(Policy):
     name = "snapkv"
-    params = frozenset({"window", "pool", "pool_kernel", "snapkv_grow"})
+    params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "snapkv_grow"})
 
     def default_rho(self, budget: int) -> float:
         # The recent part is the observation window itself.

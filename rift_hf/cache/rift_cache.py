@@ -1,0 +1,281 @@
+"""`RiftCache`: the `transformers.Cache` that holds one layer object per model layer and decides when they commit."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers.cache_utils import (
+    DYNAMIC_LAYER_TYPE_MAPPING,
+    Cache,
+    CacheLayerMixin,
+    DynamicSlidingWindowLayer,
+    get_layer_types_and_kwargs,
+)
+
+from ..config import RiftConfig
+from ..policies.selection_head import SelectionHead
+from ..storage import Quantizer, check_group_sizes
+from .layer import RiftLayer
+from .refresh import Refresh
+from .retrieval_layer import RiftRetrievalLayer
+from .select_layer import RiftSelectLayer
+from .state_layer import RiftStateLayer
+from .store_layer import RiftStoreLayer
+
+_PASSTHROUGH_TYPES = ("sliding_attention", "chunked_attention", "dummy")
+_STATE_TYPES = ("linear_attention", "conv")
+
+
+def build_layers(cache: RiftCache, config) -> list:
+    """One layer object per layer of `config` (a model's config): full attention gets the policy's compressed layer
+    class, sliding / chunked attention transformers' own (already bounded), linear attention / SSM / short conv a
+    `RiftStateLayer`. Quantisation groups that do not tile the model's head dim are refused first."""
+    decoder = config.get_text_config(decoder=True)
+    check_group_sizes(
+        cache.config, getattr(decoder, "head_dim", None) or decoder.hidden_size // decoder.num_attention_heads
+    )
+    policy = cache.config.policy_object
+    compressed = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftSelectLayer
+    layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder)
+    layers = []
+    for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs, strict=True)):
+        if layer_type == "full_attention":
+            layers.append(compressed(cache, idx))
+        elif layer_type in _STATE_TYPES:
+            layers.append(RiftStateLayer(**kwargs))
+        elif layer_type in _PASSTHROUGH_TYPES:
+            layers.append(DYNAMIC_LAYER_TYPE_MAPPING[layer_type](**kwargs))
+        else:
+            raise ValueError(
+                f"RiftCache does not support layer type {layer_type!r} (layer {idx} of {config.model_type}); "
+                f"supported: full_attention, {', '.join(_PASSTHROUGH_TYPES + _STATE_TYPES)}."
+            )
+    return layers
+
+
+def resolve_budget(config: RiftConfig, prompt_length: int, like: torch.Tensor) -> tuple:
+    """`(config, budget, recent, n_select)` for a prompt of `prompt_length` tokens: the config fitted to it (window /
+    block size shrunk to a short prompt's budget), the budget in tokens (inf for the full cache), the recent window
+    and the selection's size. With `kv_equal_bytes` the budget is bytes: the selection's full-precision rows become as
+    many `kv_dtype` rows as fit in their bytes (counted as if the model ran in `kv_equal_bytes`' dtype if it names
+    one)."""
+    config = config.fitted(prompt_length)
+    budget = config.resolve_budget(prompt_length)
+    if budget == float("inf"):
+        return config, budget, 0, 0
+    recent = config.recent_tokens(budget)
+    n_select = budget - recent - config.n_sink
+    if config.kv_equal_bytes:
+        if config.kv_equal_bytes is not True:
+            like = like.new_zeros(1, 1, 1, like.shape[-1], dtype=getattr(torch, config.kv_equal_bytes))
+        keys, values = (
+            Quantizer(like, config.kv_dtype, config.kv_group_size, per_channel)
+            for per_channel in (True, False)  # keys per channel, values per token
+        )
+        ratio = 2 * like.shape[-1] * like.element_size() / (keys.row_bytes(like) + values.row_bytes(like))
+        n_select = config.policy_object.round_selection(keys.unpadded(int(n_select * ratio)))
+        budget = config.n_sink + recent + n_select
+    return config, budget, recent, n_select
+
+
+class RiftCache(Cache):
+    """
+    A cache whose full-attention layers keep a fixed budget of past tokens, chosen by a RIFT policy.
+
+    Args:
+        config (`PreTrainedConfig`): the model's config (its `layer_types` decide each layer's object).
+        rift_config (`RiftConfig`, `dict` or `str`, *optional*): the policy; a dict of `RiftConfig` fields or a
+            preset name also work.
+        **overrides: `RiftConfig` fields that replace those of `rift_config`.
+
+    Example:
+
+    ```python
+    >>> import rift_hf
+    >>> cache = rift_hf.RiftCache(model.config, {"policy": "swa", "budget": 256})
+    >>> out = model.generate(ids, past_key_values=cache, max_new_tokens=64)
+    >>> cache.get_seq_length(), cache.stored_tokens()
+    ```
+    """
+
+    def __init__(self, config, rift_config: RiftConfig | dict | str | None = None, **overrides):
+        rift_config = RiftConfig.coerce(rift_config)
+        if overrides:
+            rift_config = RiftConfig.from_dict({**rift_config.to_dict(), **overrides})
+        self.config = rift_config
+        super().__init__(layers=build_layers(self, config))
+        self.rift_layers = [layer for layer in self.layers if isinstance(layer, RiftLayer)]
+        self.state_layers = [layer for layer in self.layers if isinstance(layer, RiftStateLayer)]
+        self.sliding_layers = [layer for layer in self.layers if isinstance(layer, DynamicSlidingWindowLayer)]
+        self._first_attention = next(
+            (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
+        )
+        self.policy = rift_config.policy_object
+        self.selection_head = None
+        if rift_config.selection_head is not None:
+            self.selection_head = SelectionHead.load(rift_config.selection_head).requires_grad_(False)
+        self.refresh = Refresh(self.policy, rift_config)
+        # The refresh clock's schedule, signals and events (one per refresh: position, seconds, reason, signals).
+        self.schedule, self.signals, self.events = self.refresh.schedule, self.refresh.signals, self.refresh.events
+        self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
+        self.budget: float = float("inf")
+        self.recent = self.n_select = 0
+        self.prompt_length: int | None = None
+        self.record_past = False
+        # Commit points in assisted generation: the forward after a rollback (or the prefill) feeds only verified
+        # tokens; its end (`_snapshot_length`) is where state layers snapshot and below which no rollback goes.
+        self._snapshot_length: int | None = None
+        self._awaiting_verified = self._verified_forward_done = False
+
+    def scoring_query(self, layer_idx: int, query: torch.Tensor) -> torch.Tensor:
+        """The queries the policy scores with: `query` itself, or re-weighted by the config's selection head."""
+        return query if self.selection_head is None else self.selection_head(layer_idx, query)
+
+    def stored_tokens(self) -> list[int]:
+        """Entries stored per compressed layer (per KV head), in-flight draft tokens included."""
+        return [layer.stored for layer in self.rift_layers]
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int) -> tuple[int, int]:
+        self.begin_forward()
+        return super().get_mask_sizes(query_length, layer_idx)
+
+    def begin_forward(self) -> None:
+        """
+        A forward is starting. If everything stored is verified (plain generation, or the previous forward fed only
+        verified tokens: the prompt, or a round's re-fed tokens), settle it now, before the mask is sized, so that
+        every compressed layer reports the same size to it and drafting starts from the budget.
+        """
+        if not self.record_past or self._verified_forward_done:
+            self._verified_forward_done = False
+            self._commit()
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        if key_states.shape[0] != 1:
+            raise ValueError(
+                f"RiftCache supports batch size 1, got {key_states.shape[0]}: call generate once per prompt."
+            )
+        if isinstance(layer, RiftLayer) and self.prompt_length is None:
+            self._resolve_budget(layer.seen + key_states.shape[-2], key_states)
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        if self._awaiting_verified and layer_idx == self._first_attention:
+            self._snapshot_length = layer.get_seq_length()
+            self._awaiting_verified = False
+            self._verified_forward_done = True
+        return out
+
+    def _resolve_budget(self, prompt_length: int, like: torch.Tensor) -> None:
+        self.prompt_length = prompt_length
+        self.config, self.budget, self.recent, self.n_select = resolve_budget(self.config, prompt_length, like)
+        self.policy = self.config.policy_object
+        self.refresh.restart(prompt_length)
+
+    def activate_past_recording(self, **_) -> None:
+        # transformers 5.25 asks the target's cache to keep per-token recurrent states (`recurrent_states_to_keep`);
+        # a verifier RiftCache rolls back by snapshot instead (stateful.py), so the layers keep none.
+        super().activate_past_recording()
+        self.record_past = True
+        self._await_verified_forward()
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Tokens seen, read from an attention layer when `layer_idx` is a state layer (as transformers 5.23 does;
+        5.25 would read a linear-attention layer's own count)."""
+        if layer_idx == 0 and self.state_layers and self._first_attention is not None:
+            layer_idx = self._first_attention
+        return super().get_seq_length(layer_idx)
+
+    def _await_verified_forward(self) -> None:
+        self._awaiting_verified = True
+        for layer in self.state_layers:
+            layer.arm_snapshot()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """
+        Roll back `-tokens_to_remove` tokens (assisted generation), then commit: what remains has been verified.
+
+        The cache never goes below the end of the last verified forward (transformers re-feeds one verified token
+        when no draft was accepted; keeping it is equivalent, and its entry may already be compressed). With
+        linear-attention / SSM layers the states are restored to the snapshot taken at that point and the attention
+        layers cropped to it, so the drafter re-feeds the accepted tokens and its state equals a fresh recompute.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(f"RiftCache.crop takes a negative number of tokens to remove, got {tokens_to_remove}.")
+        if self.get_seq_length() == 0:
+            # Nothing written yet (transformers crops before the first round when the prompt has 1-2 tokens): layers
+            # that were never initialised, such as sliding-window ones, cannot be cropped.
+            return
+        if self._snapshot_length is not None:
+            seen = self.get_seq_length()
+            target = seen + tokens_to_remove
+            if target < self._snapshot_length - 1:
+                raise ValueError(
+                    f"Cannot roll back to {target} tokens: the last verified forward ended at {self._snapshot_length} "
+                    "and earlier entries may be compressed or folded into recurrent states."
+                )
+            if self.state_layers:
+                target = self._snapshot_length
+                for layer in self.state_layers:
+                    layer.restore(target)
+            tokens_to_remove = -(seen - max(target, self._snapshot_length))
+        super().crop(tokens_to_remove)
+        self._commit(rollback=True)
+        if self.record_past:
+            self._await_verified_forward()
+
+    def settle(self) -> None:
+        """
+        Commit now if the last forward fed only verified tokens (assisted generation calls this after each drafting
+        round). A round that drafts a single token runs no second forward, which would otherwise commit; without this
+        the drafter's whole prompt cache would stay uncompressed through the target's prefill.
+        """
+        if self.record_past and self._verified_forward_done:
+            self._verified_forward_done = False
+            self._commit()
+
+    def _commit(self, rollback: bool = False) -> None:
+        """Commit every compressed layer; refresh the selection where the policy's schedule says so (after a rollback
+        only if the policy refreshes there: `Policy.refresh_at_rollback`)."""
+        for layer in self.sliding_layers:
+            # Past recording keeps every row until transformers' first crop (after round one); rows before a commit
+            # point are never rolled back, so they go now: a sliding layer holds its window from the first draft on.
+            if layer.record_past and layer.is_initialized and layer.get_seq_length() >= layer.sliding_window:
+                layer.crop(0)
+        if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
+            return
+        seen = self.rift_layers[0].seen
+        started = self.rift_layers[0].selected is not None
+        rescore, reason, signals = False, "", None
+        if started and (not rollback or self.policy.refresh_at_rollback) and seen > self.budget:
+            rescore, reason, signals = self.refresh.decide(seen, self.rift_layers, self.records_queries)
+        tick = time.perf_counter()
+        chosen = self.policy.select_layers(self.rift_layers, self) if rescore else None
+        for i, layer in enumerate(self.rift_layers):
+            layer.commit(rescore, None if chosen is None else chosen[i])
+        if rescore:
+            device = self.rift_layers[0].device
+            if device is not None and torch.device(device).type == "cuda":
+                torch.cuda.synchronize(device)
+            self.refresh.record(seen, time.perf_counter() - tick, reason, signals)
+        if rescore or (not started and self.rift_layers[0].selected is not None):
+            self.refresh.restart(seen)
+
+    def kv_bytes(self) -> dict[str, int]:
+        """Bytes held now: `working` (what attention reads: compressed working sets and other attention layers)
+        and `store` (the full stores kept by store policies or the attention-mass measurement, page summaries)."""
+        working = store = 0
+        for layer in self.layers:
+            if isinstance(layer, RiftLayer):
+                layer_working, layer_store = layer.kv_bytes()
+                working, store = working + layer_working, store + layer_store
+            elif getattr(layer, "keys", None) is not None and getattr(layer, "is_initialized", False):
+                working += 2 * layer.keys.numel() * layer.keys.element_size()
+        return {"working": working, "store": store}
+
+    def attention_mass_log(self) -> list[tuple[int, float]]:
+        """`(position, share)` averaged over compressed layers (measurement mode, `track_attention_mass=True`)."""
+        per_position: dict[int, list[float]] = {}
+        for layer in self.rift_layers:
+            for pos, share in layer.mass_log:
+                per_position.setdefault(pos, []).append(share)
+        return sorted((pos, sum(v) / len(v)) for pos, v in per_position.items())
