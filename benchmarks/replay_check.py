@@ -7,7 +7,8 @@ to the cache, the policies or replay itself (a refactor must leave every accepte
 
 The folder's `compare.json` gives the setting (preset, prompt set, drafting protocol, compression, dtypes); the first
 `--per-task` prompts of each task are replayed (only those whose target output is cached) into a scratch folder, and
-each (prompt, policy) row is compared with the committed one: per-round accepted counts, rescorings and AL exactly.
+each (prompt, policy) row, the full cache's included, is compared with the committed one: per-round accepted counts,
+rescorings and AL exactly.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import tempfile
 from pathlib import Path
 
 from rift_hf.cli import split_labels
-from rift_hf.experiments.records import Experiment, machine
+from rift_hf.experiments.records import TARGETS, Experiment, machine
 from rift_hf.experiments.replay_runs import replay_compare
 
 COMPARED = ("rounds", "accepted", "rescorings", "al", "output_tokens")
 
 
-def check(folder: Path, policies: list[str], per_task: int) -> dict:
+def check(folder: Path, policies: list[str], per_task: int, targets: Path = TARGETS) -> dict:
     setting = json.loads((folder / "compare.json").read_text())
+    policies = ["full", *(p for p in policies if p != "full")]  # retention is relative to the full cache's rows
     committed = {
         (r["prompt"], r["policy"]): r for r in map(json.loads, (folder / "rows.jsonl").read_text().splitlines())
     }
@@ -42,7 +44,13 @@ def check(folder: Path, policies: list[str], per_task: int) -> dict:
     drafter, target = (part.split()[1] for part in setting["dtype"].split(", "))
     with tempfile.TemporaryDirectory() as scratch:
         result = replay_compare(
-            experiment, [setting["compression"]], Path(scratch), dtype=drafter, target_dtype=target, cached_only=True
+            experiment,
+            [setting["compression"]],
+            Path(scratch),
+            dtype=drafter,
+            target_dtype=target,
+            targets_dir=targets,
+            cached_only=True,
         )[0]
     rows = []
     for run in result["runs"]:
@@ -64,9 +72,10 @@ def main(argv=None) -> None:
     parser.add_argument("folder", type=Path, help="a replay folder holding compare.json and rows.jsonl")
     parser.add_argument("--policies", required=True, help="comma-separated policy labels held by the folder")
     parser.add_argument("--per-task", type=int, default=1)
+    parser.add_argument("--targets", type=Path, default=TARGETS, help="where the target outputs are cached")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    report = check(args.folder, split_labels(args.policies), args.per_task)
+    report = check(args.folder, split_labels(args.policies), args.per_task, args.targets)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"{report['same']} of {len(report['rows'])} rows replay identically")
     for row in report["rows"]:

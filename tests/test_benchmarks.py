@@ -314,3 +314,28 @@ def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
     assert [r["tokens"] for r in record["rows"]] == [1, 3]
     assert all(r["sdpa_seconds"] > 0 and r["sdpa_gqa_seconds"] > 0 for r in record["rows"])
     assert all(r["max_logit_difference"] < 1e-4 for r in record["rows"])
+
+
+def test_replay_check_finds_committed_rows_identical_and_names_a_changed_one(tmp_path):
+    """The behaviour check of a refactor: a replay folder replayed again comes out row for row the same; a row whose
+    accepted counts were altered is named."""
+    from benchmarks import replay_check
+    from rift_hf.experiments.records import Experiment
+    from rift_hf.experiments.replay_runs import replay_compare
+
+    experiment = Experiment("tiny-random", ("full", "rift-stat", "page-round"), 96, 24, 1, gamma=4, window=8)
+    replay_compare(experiment, [4], tmp_path / "run", targets_dir=tmp_path / "targets")
+    folder = tmp_path / "run" / "4x"
+    argv = [str(folder), "--policies", "rift-stat,page-round", "--targets", str(tmp_path / "targets")]
+    replay_check.main([*argv, "--out", str(tmp_path / "same.json")])
+    report = json.loads((tmp_path / "same.json").read_text())
+    assert report["same"] == len(report["rows"]) == 6  # full (the reference), rift-stat, page-round; two regimes
+    rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+    rows[1]["accepted"] = [a + 1 for a in rows[1]["accepted"]]
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SystemExit):
+        replay_check.main([*argv, "--out", str(tmp_path / "changed.json")])
+    changed = json.loads((tmp_path / "changed.json").read_text())
+    assert [(r["prompt"], r["policy"]) for r in changed["rows"] if r["differs"]] == [
+        (rows[1]["prompt"], rows[1]["policy"])
+    ]
