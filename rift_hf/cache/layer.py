@@ -41,7 +41,7 @@ class RiftLayer(CacheLayerMixin):
     HEADROOM = 32
 
     def __init__(self, cache: RiftCache, layer_idx: int):
-        self.is_initialized = False  # (the mixin's __init__ would only add this to writing keys/values, views here)
+        self.is_initialized = False  # all the mixin's __init__ sets besides keys/values, which are views here
         self.cache = cache
         self.layer_idx = layer_idx
         self.seen = 0
