@@ -78,6 +78,8 @@ class RiftConfig:
         pages_ahead (`int`, *optional*): for `page-ahead` and `page-round`, how many following pages a chosen page
             brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 2 for
             `page-round`, 0 otherwise).
+        score_queries (`int`, defaults to 1): for `page-round`, how many of the newest verified queries score the
+            pages at a refresh (each page's attention share averaged over them; at most `window`).
         tokens_ahead (`int`, defaults to 0): for policies that select tokens by score (snapkv, rift-stat,
             rift-stat-block, rift-dyn, rift-ada, page-ahead), each position's score is raised to the highest among
             it and the `tokens_ahead` positions before it, so a chosen token brings the ones after it (copying reads
@@ -144,6 +146,7 @@ class RiftConfig:
     pool_kernel: int = 5
     block_size: int | None = None
     pages_ahead: int | None = None
+    score_queries: int = 1
     tokens_ahead: int = 0
     delta: int = 128
     store_device: str | None = None

@@ -219,6 +219,48 @@ def test_page_round_with_pages_ahead_brings_the_pages_after_the_best_ones():
         RiftConfig(policy="page-round", pages_ahead=-1)
 
 
+def test_page_round_scores_with_the_newest_score_queries_averaged():
+    """`score_queries=3`: a page's score is its share averaged over the three newest queries (and the heads of a KV
+    head), so a page only an older query points at can be kept; more than `window`, or 0, is refused."""
+    policy = RiftConfig(policy="page-round", budget=64, block_size=4, window=4, pages_ahead=0, score_queries=3)
+    retrieval = RiftConfig(policy="page-retrieval", budget=64, block_size=4, window=4).policy_object
+    g = torch.Generator().manual_seed(7)
+    summaries = torch.randn(1, 2, 10, 8, generator=g)
+    query = torch.randn(1, 4, 5, 8, generator=g)
+    shares = torch.softmax(retrieval.page_scores(query[:, :, -3:], summaries, 0.5), dim=-1).mean(2)[0].mean(1)
+    chosen = policy.policy_object.select_pages(query, summaries, 0.5, lo=0, hi=40, count=12)
+    newest_only = RiftConfig(policy="page-round", budget=64, block_size=4, window=4, pages_ahead=0).policy_object
+    for h in range(2):
+        best = sorted(shares[h].topk(3).indices.tolist())
+        assert chosen[h].tolist() == [4 * j + o for j in best for o in range(4)]
+    # The averaged choice differs from the newest query's alone here (else this case would not test the option).
+    assert not torch.equal(chosen, newest_only.select_pages(query, summaries, 0.5, lo=0, hi=40, count=12))
+    with pytest.raises(ValueError, match="score_queries.*window"):
+        RiftConfig(policy="page-round", window=4, score_queries=5)
+    with pytest.raises(ValueError, match="score_queries"):
+        RiftConfig(policy="page-round", score_queries=0)
+    with pytest.raises(ValueError, match="does not read `score_queries`"):
+        RiftConfig(policy="rift-dyn", score_queries=2)
+
+
+def test_page_round_with_several_scoring_queries_is_lossless():
+    """Greedy output with `score_queries=4` equals the target's own, stacked over layers as by default."""
+    import rift_hf
+    from tiny import draft_target_pair, make_prompt
+
+    target, draft = draft_target_pair("llama", 4)
+    ids = make_prompt(60, seed=5)
+    reference = target.generate(ids, max_new_tokens=30, do_sample=False)
+    config = policy_settings(
+        "page-round", {"budget": 24, "window": 4, "block_size": 4, "score_queries": 4, "draft_length": "fixed"}
+    )
+    out = target.generate(
+        ids, assistant_model=draft, max_new_tokens=30, do_sample=False, cache_implementation="rift", cache_config=config
+    )
+    assert torch.equal(out, reference)
+    assert len(rift_hf.last_stats(target).rescorings) > 0
+
+
 def test_page_round_refreshes_once_per_round_after_the_verified_tokens_are_fed():
     """Assisted generation commits twice per round (after the rollback, after the re-feed); page-round refreshes only
     at the second, with the newest verified query, so it rescores at most once per round; lossless as every policy."""

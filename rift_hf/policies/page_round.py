@@ -3,13 +3,13 @@
 page-retrieval picks, at every drafted token, the pages that token's own query scores highest; on a CPU that per-step
 scoring and gather cost about 0.1x of a decode step. page-round scores the pages the same way (a page's midrange key
 against a query, a softmax over pages per query head, averaged over the query heads of a KV head), but only with the
-newest verified query and only once per verification round (at the commit after the drafter re-feeds the verified
-tokens). A chosen page brings the `pages_ahead` pages after it (2 by default; copying reads forward). From the full
-store it then builds a working set of the sinks, the top whole pages and the recent window,
-as rift-dyn's rescoring does, and the drafted tokens of the round attend that working set like a rift-stat step.
-The layer keeps the page summaries beside the store (`Policy.summarises_pages`), adding those of the pages completed
-since the last round, so what a round costs beyond rift-stat is one scoring over the summaries (1/8 of the keys)
-and one gather of the budget.
+newest verified query (or the newest `score_queries`, their shares averaged) and only once per verification round
+(at the commit after the drafter re-feeds the verified tokens). A chosen page brings the `pages_ahead` pages after it
+(2 by default; copying reads forward). From the full store it then builds a working set of the sinks, the top whole
+pages and the recent window, as rift-dyn's rescoring does, and the drafted tokens of the round attend that working
+set like a rift-stat step. The layer keeps the page summaries beside the store (`Policy.summarises_pages`), adding
+those of the pages completed since the last round, so what a round costs beyond rift-stat is one scoring over the
+summaries (1/8 of the keys) and one gather of the budget.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class PageRound(WholePages, Policy):
     (scored as page-retrieval scores them)."""
 
     name = "page-round"
-    params = frozenset({"window", "block_size", "pages_ahead"})
+    params = frozenset({"window", "block_size", "pages_ahead", "score_queries"})
     keeps_store = True
     summarises_pages = True
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
@@ -49,6 +49,14 @@ class PageRound(WholePages, Policy):
     def schedule(self):
         return Every(1)
 
+    def check_params(self) -> None:
+        super().check_params()
+        if self.config.score_queries > self.config.window:
+            raise ValueError(
+                f"`score_queries` ({self.config.score_queries}) must not exceed `window` ({self.config.window}): the "
+                "cache keeps the last `window` verified queries. Raise `window` or lower `score_queries`."
+            )
+
     def select_pages(
         self, query: torch.Tensor, summaries: torch.Tensor, scale: float, lo: int, hi: int, count: int
     ) -> torch.Tensor:
@@ -56,10 +64,11 @@ class PageRound(WholePages, Policy):
         The top whole pages inside `[lo, hi)` per KV head, `[H_kv, pages * block_size]` positions, ascending.
 
         Args:
-            query: `[B, H_q, W, D]` the recent verified queries; only the newest counts.
+            query: `[B, H_q, W, D]` the recent verified queries; only the newest `score_queries` count.
             summaries: `[B, H_kv, n, D]` the summary of every whole committed page (`summarise`); page `j` covers
-                positions `n_sink + j * block_size` on. A page's score is its share of the newest query's attention
-                over all of them (a softmax over pages per query head, averaged over the heads of a KV head).
+                positions `n_sink + j * block_size` on. A page's score is its share of a query's attention over all
+                of them (a softmax over pages per query head), averaged over the heads of a KV head and over the
+                newest `score_queries` queries.
         """
         page, n_sink = self.config.block_size, self.config.n_sink
         heads, n_pages = summaries.shape[1:3]
@@ -68,7 +77,8 @@ class PageRound(WholePages, Policy):
         n_pick = min(count // page, last - first)
         if n_pick <= 0:
             return torch.empty(heads, 0, dtype=torch.long, device=summaries.device)
-        shares = torch.softmax(self.page_scores(query[:, :, -1:], summaries, scale), dim=-1).mean(2)[0, :, 0]
+        newest = query[:, :, -self.config.score_queries :]
+        shares = torch.softmax(self.page_scores(newest, summaries, scale), dim=-1).mean(2)[0].mean(1)
         pages = shares[:, first:last]  # [H_kv, candidates]
         if self.config.pages_ahead:
             chosen = rank_pages_ahead(pages, self.config.pages_ahead)[:, :n_pick]
@@ -102,7 +112,10 @@ class PageRound(WholePages, Policy):
             return None
         for layer in layers:
             layer.summarise_pages()
-        query = torch.cat([cache.scoring_query(layer.layer_idx, layer.queries)[:, :, -1:] for layer in layers], dim=1)
+        newest = min(self.config.score_queries, *(layer.queries.shape[2] for layer in layers))
+        query = torch.cat(
+            [cache.scoring_query(layer.layer_idx, layer.queries)[:, :, -newest:] for layer in layers], dim=1
+        )
         pages = torch.cat([layer.pages.used_keys for layer in layers], dim=1)
         hi = first.seen - first.recent_window()
         selected = self.select_pages(query, pages, first.scale, self.config.n_sink, hi, cache.n_select)

@@ -59,6 +59,7 @@ CHECKS: dict[str, Callable[[str, object], None]] = {
     "tokens_ahead": count,
     "block_size": positive_int,
     "pages_ahead": count,
+    "score_queries": positive_int,
     "delta": positive_int,
     "check_interval": positive_int,
     "a_min": positive_int,
