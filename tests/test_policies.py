@@ -173,9 +173,11 @@ def test_page_retrieval_attends_sinks_the_best_pages_and_the_window_per_query():
             assert set(rows) == expected
 
 
-def _page_shares(retrieval, query, summaries, scale):
-    """Each page's share of the newest query's attention over `summaries`, averaged over a KV head's query heads."""
-    return torch.softmax(retrieval.page_scores(query[:, :, -1:], summaries, scale), dim=-1).mean(2)[0, :, 0]
+def _page_shares(retrieval, query, summaries, scale, newest=1):
+    """Each page's share of a query's attention over `summaries`, averaged over a KV head's query heads and over the
+    `newest` last queries."""
+    scores = retrieval.page_scores(query[:, :, -newest:], summaries, scale)
+    return torch.softmax(scores, dim=-1).mean(2)[0].mean(1)
 
 
 def test_page_round_keeps_the_pages_the_newest_query_points_at():
@@ -227,7 +229,7 @@ def test_page_round_scores_with_the_newest_score_queries_averaged():
     g = torch.Generator().manual_seed(7)
     summaries = torch.randn(1, 2, 10, 8, generator=g)
     query = torch.randn(1, 4, 5, 8, generator=g)
-    shares = torch.softmax(retrieval.page_scores(query[:, :, -3:], summaries, 0.5), dim=-1).mean(2)[0].mean(1)
+    shares = _page_shares(retrieval, query, summaries, 0.5, newest=3)
     chosen = policy.policy_object.select_pages(query, summaries, 0.5, lo=0, hi=40, count=12)
     newest_only = RiftConfig(policy="page-round", budget=64, block_size=4, window=4, pages_ahead=0).policy_object
     for h in range(2):
