@@ -20,8 +20,15 @@ from dataclasses import dataclass, field
 @dataclass
 class LinearCost:
     """
-    Seconds against a size (tokens drafted or verified): a decayed mean per observed size, and a line through them
-    (weighted least squares) to price sizes not observed yet. One observed size gives a line through the origin.
+    Seconds against a size (tokens verified): a decayed mean per observed size, straight lines between observed sizes
+    to price the sizes between them, and no growth past the largest observed size until a larger one is observed.
+
+    Past the largest size it prices the largest's cost, not a line's: a verification's cost is far from linear in its
+    tokens where reading the weights dominates (qwen-coder at ~32K in bf16 on a CPU: 0.42 s for one token, 0.61 s for
+    3, 0.65 s for 12; `benchmarks/results/verify-cost-bf16`), and a line through 1 and 3 prices 12 at 1.46 s, so the
+    controller never drafted long enough to see otherwise. Priced this way a longer draft gets tried, and its measured
+    cost then replaces the guess (`python -m benchmarks.draft_length_sim`: no case worse by more than 0.01, 0.94 ->
+    0.98 of the best constant length on the flat-verification one).
     """
 
     decay: float = 0.9
@@ -39,26 +46,24 @@ class LinearCost:
     def known(self) -> bool:
         return bool(self.sums)
 
-    def line(self) -> tuple[float, float]:
-        """`(intercept, slope)` of the fit, both clamped at >= 0."""
-        points = [(x, s / w, w) for x, (s, w) in self.sums.items() if w > 0]
-        if len(points) == 1:
-            x, y, _ = points[0]
-            return 0.0, y / max(x, 1)
-        total = sum(w for _, _, w in points)
-        mx = sum(x * w for x, _, w in points) / total
-        my = sum(y * w for _, y, w in points) / total
-        var = sum(w * (x - mx) ** 2 for x, _, w in points)
-        slope = max(0.0, sum(w * (x - mx) * (y - my) for x, y, w in points) / var)
-        return max(0.0, my - slope * mx), slope
-
     def __call__(self, size: int) -> float:
-        """Expected seconds at `size`: the observed mean where there is one, the line elsewhere."""
+        """Expected seconds at `size`: the observed mean where there is one; between two observed sizes, the straight
+        line through them; below the smallest, the line through the two smallest (through the origin when only one
+        size is observed); above the largest, the largest's mean."""
         entry = self.sums.get(size)
         if entry is not None and entry[1] > 0.5:
             return entry[0] / entry[1]
-        intercept, slope = self.line()
-        return intercept + slope * size
+        points = sorted((x, s / w) for x, (s, w) in self.sums.items() if w > 0)
+        if not points:
+            return 0.0
+        if size >= points[-1][0]:
+            return points[-1][1]
+        if len(points) == 1:
+            x, y = points[0]
+            return y * size / max(x, 1)
+        below = [p for p in points if p[0] <= size]
+        (x0, y0), (x1, y1) = (points[0], points[1]) if not below else (below[-1], points[len(below)])
+        return y0 + (y1 - y0) * (size - x0) / (x1 - x0)
 
 
 @dataclass
