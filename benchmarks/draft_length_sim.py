@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rift_hf.experiments.tables import pipe_table
-from rift_hf.generation.draft_length import DraftLength
+from rift_hf.generation.draft_length import DraftLength, piecewise_linear
 
 
 @dataclass
@@ -42,13 +42,7 @@ class Case:
     curve: tuple = ()  # measured (tokens, seconds) of verifications, interpolated, instead of v0 + v1 * tokens
 
     def verify(self, tokens: int) -> float:
-        if not self.curve:
-            return self.v0 + self.v1 * tokens
-        points = sorted(self.curve)
-        if tokens >= points[-1][0]:
-            return points[-1][1]
-        (x0, y0), (x1, y1) = next((p, q) for p, q in zip(points, points[1:], strict=False) if tokens <= q[0])
-        return y0 + (y1 - y0) * (max(tokens, x0) - x0) / (x1 - x0)
+        return piecewise_linear(sorted(self.curve), tokens) if self.curve else self.v0 + self.v1 * tokens
 
 
 CASES = {

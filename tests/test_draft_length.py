@@ -125,6 +125,8 @@ def test_linear_cost_interpolates_and_does_not_grow_past_the_largest_size():
     assert flat(12) == pytest.approx(0.61)  # priced as the largest seen (a line through 1 and 3 gives 1.46 s) ...
     flat.observe(12, 0.65)
     assert flat(12) == pytest.approx(0.65) and flat(6) == pytest.approx(0.61 + 3 * 0.04 / 9)  # ... until seen
+    with pytest.raises(ValueError, match="max_length"):
+        DraftLength(max_length=0)
 
 
 def test_a_flat_verification_cost_lets_the_controller_draft_long():

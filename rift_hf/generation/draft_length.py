@@ -53,17 +53,23 @@ class LinearCost:
         entry = self.sums.get(size)
         if entry is not None and entry[1] > 0.5:
             return entry[0] / entry[1]
-        points = sorted((x, s / w) for x, (s, w) in self.sums.items() if w > 0)
-        if not points:
-            return 0.0
-        if size >= points[-1][0]:
-            return points[-1][1]
-        if len(points) == 1:
-            x, y = points[0]
-            return y * size / max(x, 1)
-        below = [p for p in points if p[0] <= size]
-        (x0, y0), (x1, y1) = (points[0], points[1]) if not below else (below[-1], points[len(below)])
-        return y0 + (y1 - y0) * (size - x0) / (x1 - x0)
+        return piecewise_linear(sorted((x, s / w) for x, (s, w) in self.sums.items() if w > 0), size)
+
+
+def piecewise_linear(points: list, size: float) -> float:
+    """`points` `[(size, seconds)]` sorted by size -> the seconds at `size`: the straight line through the two points
+    around it (the two smallest below them, through the origin when there is one point), the last point's seconds past
+    the largest; 0 without points."""
+    if not points:
+        return 0.0
+    if size >= points[-1][0]:
+        return points[-1][1]
+    if len(points) == 1:
+        x, y = points[0]
+        return y * size / max(x, 1)
+    below = sum(x <= size for x, _ in points)
+    (x0, y0), (x1, y1) = points[max(below, 1) - 1], points[max(below, 1)]
+    return y0 + (y1 - y0) * (size - x0) / (x1 - x0)
 
 
 @dataclass
