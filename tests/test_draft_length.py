@@ -248,3 +248,93 @@ def test_costs_carry_over_between_generate_calls_on_the_same_models():
         target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
         reasons = [r["reason"] for r in rift_hf.last_stats(target).rounds]
         assert reasons[0] == "calibrate" and (call == 0) == (reasons[1] == "calibrate")
+
+
+def test_idle_evidence_lets_a_drafter_back_in_after_a_losing_probe():
+    """A probe after rounds without drafting accepts nothing, as the first rounds did, but the drafter would have
+    predicted every token the target emitted alone: that evidence (`observe_idle`) brings drafting back, where the
+    probe's own outcome alone spaces the next probe by dozens of rounds."""
+
+    def run(evidence: bool):
+        # A dear round's first forward (a refresh at ~32K) makes a losing probe cost more than the exploration allows.
+        controller = DraftLength(max_length=11)
+        lengths, idle = [], 0
+        for r in range(60):
+            k = controller.choose()
+            if k and idle and evidence:
+                controller.observe_idle([(idle - i, idle - i) for i in range(idle)])  # all would have been accepted
+            idle = 0 if k else idle + 1
+            accepted = 0 if r < 12 else k
+            forwards = [0.5 + 0.13] + [0.13] * (k - 1) if k else []
+            controller.observe(k, accepted, sum(forwards), 0.48 if k == 0 else 0.66 + 0.007 * k, forwards)
+            lengths.append(k)
+        return lengths
+
+    with_evidence, without = run(True), run(False)
+    assert sum(without[20:]) == 0  # silenced for the rest of the run
+    assert sum(k > 0 for k in with_evidence[20:]) >= 30 and max(with_evidence[20:]) == 11
+
+
+def test_idle_runs_count_the_drafts_in_a_row_from_each_token():
+    from rift_hf.generation.candidate import idle_runs
+
+    assert idle_runs([True, True, False, True]) == [(2, 4), (1, 3), (0, 2), (1, 1)]
+    assert idle_runs([]) == []
+
+
+def _scripted(monkeypatch, lengths):
+    """Make the cost-aware controller draft `lengths` in turn (then nothing), and record what `observe_idle` gets."""
+    script, seen = iter(lengths), []
+    monkeypatch.setattr(DraftLength, "choose", lambda self: self._pick(next(script, 0), "scripted"))
+    original = DraftLength.observe_idle
+    monkeypatch.setattr(DraftLength, "observe_idle", lambda self, rounds: (seen.append(rounds), original(self, rounds)))
+    return seen
+
+
+def test_after_rounds_without_drafting_the_drafter_drops_its_rejected_drafts_and_reports_its_predictions(monkeypatch):
+    """Rejected drafts stay in the drafter's cache until the next drafting round crops it; transformers crops to all
+    but the last two tokens, which after rounds without drafting reaches past them. Each round's first draft must come
+    from the sequence itself (a fresh forward's logits), and the evidence the re-fed tokens give (`observe_idle`) must
+    be the drafter's own greedy predictions there."""
+    from rift_hf.generation import candidate
+    from tiny import couple
+
+    target, draft = draft_target_pair("llama", gamma=6)
+    couple(target, draft, 1.5)
+    ids = make_prompt(40, seed=5)
+    script = [6, 0, 0, 0, 6, 6, 0, 0, 0, 0, 0, 6, 6, 0, 0, 6] * 3
+    seen = _scripted(monkeypatch, script)
+    firsts = []
+    original = candidate.RiftCandidateGenerator._generate_candidates
+
+    def spy(self, args):
+        out = original(self, args)
+        firsts.append((args[self.input_ids_key].clone(), out[1][0, 0].clone()))
+        return out
+
+    monkeypatch.setattr(candidate.RiftCandidateGenerator, "_generate_candidates", spy)
+    gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
+    out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="full", **gen)
+    assert torch.equal(out, target.generate(ids, **gen))
+    rounds = rift_hf.last_stats(target).rounds
+    assert any(r["drafted"] and r["accepted"] < r["drafted"] for r in rounds)  # some drafts were rejected
+    with torch.no_grad():
+        for x, first in firsts:
+            assert torch.allclose(first.float(), draft(x).logits[0, -1].float(), atol=1e-4)
+    # The drafting rounds that followed rounds without drafting, with how many there were.
+    after_idle, idle = [], 0
+    for k in script[: len(rounds)]:
+        if k:
+            after_idle.append(idle)
+        idle = 0 if k else idle + 1
+    expected = []
+    with torch.no_grad():
+        for (x, _), idle in zip(firsts, after_idle, strict=False):
+            if idle:
+                predicted = draft(x).logits[0].argmax(-1)
+                correct = (predicted[-idle - 1 : -1] == x[0, -idle:]).tolist()
+                expected.append(candidate.idle_runs(correct))
+    assert len(expected) >= 3 and seen == expected
+    assert any(a for rounds_seen in seen for a, _ in rounds_seen) and any(
+        a < d for rounds_seen in seen for a, d in rounds_seen
+    )  # the evidence holds both right and wrong predictions

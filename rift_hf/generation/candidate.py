@@ -55,6 +55,17 @@ def draft_entropy(logits: torch.Tensor) -> list[float]:
 _LEARNT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def idle_runs(correct: list[bool]) -> list[tuple[int, int]]:
+    """`(accepted, drafted)` of a round starting at each of the tokens the target emitted alone, from whether the
+    drafter's greedy prediction matched each: the drafts from there to the last of them (censored there), and how many
+    in a row were right."""
+    rounds, run = [], 0
+    for i in range(len(correct) - 1, -1, -1):
+        run = run + 1 if correct[i] else 0
+        rounds.append((run, len(correct) - i))
+    return rounds[::-1]
+
+
 def _time_forwards(model, forwards: list) -> tuple:
     """
     Time each forward of `model` into `forwards` (one callable per forward, returning its seconds once the round has
@@ -132,6 +143,10 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         # Compiled drafting (`compile=True`): the drafter's one-token forwards replay one compiled step.
         self.compiled = CompiledDrafting(assistant_model, self.cache) if self.rift_config.compile else None
         self._pending: dict | None = None
+        # Tokens at the start of the drafter's cache that are the sequence's own (`_update_past_and_masks`): the last
+        # drafting round's input plus its accepted drafts; entries past it hold rejected drafts.
+        self._verified_upto: int | None = None
+        self._round_start = 0
         # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
         self.draft_length = None
         if self.rift_config.draft_length == "auto":
@@ -168,6 +183,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
     def get_candidates(self, input_ids, **kwargs):
         if self.draft_length is not None:
             self.num_assistant_tokens = self.draft_length.choose()
+        self._round_start = input_ids.shape[-1]
         candidates = super().get_candidates(input_ids, **kwargs)
         self._candidates_at = time.perf_counter()  # the target's side of the round starts here
         return candidates
@@ -177,7 +193,13 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         (5.25 keeps one more token and skips the crop when every draft was accepted; each crop is where the cache
         commits, and replay mirrors this loop, so it is the same on every version)."""
         if self._first_logits is None:  # after a recorded prompt forward the cache holds exactly the prompt
-            remove = self.cache.get_seq_length() - (input_ids.shape[-1] - 2)
+            keep = input_ids.shape[-1] - 2
+            if self._verified_upto is not None:
+                # After rounds without drafting (`draft_length="auto"`) all but the last two tokens reach past the
+                # last drafting round, whose rejected drafts would otherwise stay in the cache: crop to its verified
+                # tokens, and the drafter re-feeds what the target emitted alone.
+                keep = min(keep, self._verified_upto)
+            remove = self.cache.get_seq_length() - keep
             if remove >= 0:
                 self.cache.crop(-remove)
         self._extend_inputs(input_ids.shape[-1])
@@ -227,6 +249,13 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         forwards, hooks = [], ()
         if self.draft_length is not None:
             hooks = _time_forwards(self.assistant_model, forwards)
+        idle, refed = self._idle_tokens(generation_args), []
+        if idle:
+            # The first forward re-feeds what the target emitted alone: keep its logits there too, to see how many
+            # drafts the rounds without drafting would have had accepted (`DraftLength.observe_idle`).
+            kept = self.assistant_kwargs.get("logits_to_keep")  # what generate set (1), restored after the round
+            self.assistant_kwargs["logits_to_keep"] = idle + 1
+            hooks = (*hooks, self.assistant_model.register_forward_hook(lambda _m, _a, out: refed.append(out.logits)))
         try:
             with self.compiled or contextlib.nullcontext():
                 if self._first_logits is not None:
@@ -236,6 +265,11 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         finally:
             for hook in hooks:
                 hook.remove()
+            if idle:
+                if kept is None:
+                    self.assistant_kwargs.pop("logits_to_keep", None)
+                else:
+                    self.assistant_kwargs["logits_to_keep"] = kept
         if self.compiled is not None:
             if self.compiled.compiles != self.stats.compiles:
                 forwards = []  # this round compiled the step (seconds to minutes): not what a drafted token costs
@@ -244,6 +278,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             self.stats.compiles = self.compiled.compiles
         self.cache.settle()
         _sync(device)
+        if idle and refed and refed[0].shape[1] == idle + 1:
+            ids = generation_args[self.input_ids_key][0, -idle:].to(refed[0].device)
+            self.draft_length.observe_idle(idle_runs((refed[0][0, :-1].argmax(-1) == ids).tolist()))
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
         if self.target_cache is not None:
             self.target_cache.pending_drafts = drafted
@@ -256,8 +293,24 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         }
         return candidate_ids, candidate_logits
 
+    def _idle_tokens(self, generation_args: dict) -> int:
+        """How many of the tokens this round's first forward re-feeds the target emitted without drafts, when the
+        cost-aware length has a use for the drafter's greedy predictions there (at most 16: the newest), else 0."""
+        if (
+            self.draft_length is None
+            or self.draft_length.missed == 0
+            or self._first_logits is not None
+            or self.generation_config.do_sample
+            or not self.assistant_model._supports_logits_to_keep()
+        ):
+            return 0
+        fed = generation_args[self.input_ids_key].shape[-1] - self.cache.get_seq_length()
+        return max(0, min(self.draft_length.missed, fed - 1, 16))
+
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         super().update_candidate_strategy(input_ids, scores, num_matches)
+        if self._pending is not None and self._pending["drafted"]:
+            self._verified_upto = self._round_start + int(num_matches)
         # A round without drafting (the length limit left no room, or the target alone was faster) still costs one
         # target step.
         pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": [], "forwards": []}

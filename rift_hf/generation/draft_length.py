@@ -205,13 +205,10 @@ class DraftLength:
         One round's outcome: `drafted` tokens proposed and `accepted` of them kept; the round's drafting and
         verification time, and the time of each drafter forward in order (`forwards`, empty without drafting).
         """
-        for entry in (*self.accepted, self.first, self.step):
+        for entry in (self.first, self.step):
             entry[0] *= self.decay
             entry[1] *= self.decay
-        for position in range(min(drafted, accepted + 1)):  # accepted ones, then the first rejected one
-            entry = self.accepted[position]
-            entry[0] += 1.0 if position < accepted else 0.0
-            entry[1] += 1.0
+        self._observe_acceptance(drafted, accepted)
         steps = forwards[1:]
         if steps:
             self.step[0] += sum(steps) / len(steps)
@@ -229,6 +226,27 @@ class DraftLength:
         self.missed = self.missed + 1 if drafted == 0 else 0
         self.rounds += 1
         self.warm = True
+
+    def observe_idle(self, rounds: list[tuple[int, int]]) -> None:
+        """
+        Acceptance seen without drafting: `(accepted, drafted)` per token the target emitted alone, oldest first, as
+        if a round had drafted there: the drafter's greedy predictions when it re-feeds those tokens tell how many
+        drafts in a row it would have had accepted from each (up to the last of them, hence `drafted`). Rounds
+        without drafting otherwise teach nothing, so one early round that accepts nothing could keep the drafter
+        silent through a stretch it would have predicted (`benchmarks/draft_length_traces.py`).
+        """
+        for accepted, drafted in rounds:
+            drafted = min(drafted, self.max_length)
+            self._observe_acceptance(drafted, min(accepted, drafted))
+
+    def _observe_acceptance(self, drafted: int, accepted: int) -> None:
+        for entry in self.accepted:
+            entry[0] *= self.decay
+            entry[1] *= self.decay
+        for position in range(min(drafted, accepted + 1)):  # accepted ones, then the first rejected one
+            entry = self.accepted[position]
+            entry[0] += 1.0 if position < accepted else 0.0
+            entry[1] += 1.0
 
     def resume(self) -> DraftLength:
         """A controller for the next `generate` call on the same models: the costs and acceptance learnt so far carry

@@ -1,0 +1,213 @@
+"""The cost-aware draft length replayed on real acceptance: what each prompt's drafter would accept from every output
+position, read from exact-replay records, priced with the costs our speed runs measured on this CPU.
+
+    python -m benchmarks.draft_length_traces            # every trace set below, 128 new tokens
+    python -m benchmarks.draft_length_traces --new-tokens 256
+
+`rift-hf replay` records, per prompt and policy, how many of 11 drafts each verification round accepted, along the
+target's own greedy output. Greedy drafting depends only on the tokens before it, so from those rounds follows how
+many drafts a round starting at any output position would have accepted: inside a round that accepted `n` and
+rejected the next, a round starting `j` tokens later accepts `n - j`. (A round that accepted all 11 says nothing about
+the target's bonus token after them: the run is taken to continue into the next round when that one accepted
+anything. A compressed drafter's selection also depends on its refresh history, which a different draft length
+changes a little; the replay's is used.) A controller then drafts along the output: a round drafting `k` at position
+`p` accepts `min(k, run(p))` and emits one more, at `draft(k) + verify(k + 1)` seconds.
+
+Trace sets: `tune` (what the controller's settings were chosen on) and `eval` (looked at only to report). Costs per
+set: seconds per drafted token and a verification curve (tokens -> seconds, the loop included), from the speed runs
+named beside each (`benchmarks/results/long/qwen-coder/...`, page-round drafting a constant 11).
+
+Writes `<--out>/draft-length-traces.json` and a markdown table beside it (`benchmarks/results/` by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from rift_hf.experiments.tables import pipe_table
+from rift_hf.generation.draft_length import DraftLength, piecewise_linear
+
+E1 = Path("benchmarks/results/E1/qwen-coder")
+GAMMA = 11
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    half: str  # "tune" or "eval"
+    rows: str  # rows.jsonl of an exact replay (drafting a constant 11)
+    policy: str
+    step: float  # seconds per drafted token (the round's first forward included)
+    curve: tuple  # (tokens verified, seconds) of a verification round, the loop included
+    costs_from: str
+
+
+# The ~32K curve is `benchmarks/results/verify-cost-bf16` (sdpa_gqa) plus the loop's ~0.05 s a round; the others are a
+# line through the target alone's seconds per token and a constant-11 round's verification and loop (two points).
+SETS = {
+    "32k-bf16": TraceSet(
+        "tune",
+        f"{E1}/replay-32000in-256tok-8per-task/4x/rows.jsonl",
+        "page-round",
+        0.131,
+        ((1, 0.475), (2, 0.634), (3, 0.663), (4, 0.662), (6, 0.667), (8, 0.676), (12, 0.744)),
+        "speed-32000in-128tok-bf16 (8 prompts) and verify-cost-bf16",
+    ),
+    "8k-fp32": TraceSet(
+        "tune",
+        f"{E1}/replay-8192in-256tok-8per-task/4x/rows.jsonl",
+        "page-round@pages_ahead=2",
+        0.088,
+        ((1, 0.288), (12, 0.877)),
+        "speed-8192in-128tok-schedules (16 prompts)",
+    ),
+    "16k-fp32": TraceSet(
+        "eval",
+        f"{E1}/replay-16384in-256tok-8per-task/4x/rows.jsonl",
+        "page-round",
+        0.185,
+        ((1, 0.722), (12, 1.718)),
+        "speed-16384in-128tok-gqa (2 prompts)",
+    ),
+    "4k-fp32": TraceSet(
+        "eval",
+        f"{E1}/replay-4096in-512tok-8per-task/4x/rows.jsonl",
+        "page-round@pages_ahead=2",
+        0.163,
+        ((1, 0.47), (12, 1.16)),
+        "speed-4096in-96tok-gqa-explore (2 prompts)",
+    ),
+}
+
+
+def runs_from(accepted: list[int], gamma: int = GAMMA) -> list[int]:
+    """Per output position, the drafts a round starting there would accept (capped at `gamma`)."""
+    starts, position = [], 0
+    for n in accepted:
+        starts.append((position, n))
+        position += n + 1
+    runs = [0] * position
+    for i in range(len(starts) - 1, -1, -1):
+        start, n = starts[i]
+        after = 0  # an all-accepted round's run, past its bonus token, into the next round when that one accepted
+        if n >= gamma and i + 1 < len(starts) and starts[i + 1][1] > 0:
+            after = 1 + runs[starts[i + 1][0]]
+        for j in range(n + 1):
+            runs[start + j] = min(gamma, n - j + (after if n >= gamma else 0))
+    return runs
+
+
+def play(runs: list[int], trace: TraceSet, new_tokens: int, choose, refresh: float = 0.0) -> tuple[float, list[int]]:
+    """Tokens per second of drafting along `runs` until `new_tokens` are emitted; `choose` is a DraftLength, an int
+    (a constant length) or None; `refresh`: seconds a round's first forward adds to a step (the policy's refresh).
+    Returns the rate and the lengths drafted."""
+    controller = choose if isinstance(choose, DraftLength) else None
+    position = tokens = 0
+    seconds = 0.0
+    lengths, idle = [], []
+    while tokens < new_tokens:
+        k = controller.choose() if controller else choose
+        k = min(k, new_tokens - tokens - 1) if k else 0
+        n = min(k, runs[position] if position < len(runs) else 0)
+        forwards = [trace.step] * k
+        if forwards:
+            forwards[0] += refresh  # the round's first forward refreshes the selection
+        verify = piecewise_linear(sorted(trace.curve), k + 1)
+        if controller is not None:
+            if k and idle and hasattr(controller, "observe_idle"):
+                # The round's first forward re-feeds what the target emitted alone: its drafter's predictions there,
+                # as drafts from each of those positions up to the round's start (censored there)
+                controller.observe_idle([(min(runs[q], position - q), position - q) for q in idle])
+            if k:
+                idle = []
+            else:
+                idle.append(position)
+            warm = list(forwards)
+            if warm and controller.rounds == 0:
+                warm[0] += 50 * trace.step  # the drafter's prompt forward: not in a decode-phase rate
+            controller.observe(k, n, sum(warm), verify, warm)
+        seconds += sum(forwards) + verify
+        tokens += n + 1
+        position += n + 1
+        lengths.append(k)
+    return tokens / seconds, lengths
+
+
+def load(trace: TraceSet) -> tuple[dict[str, list[int]], float]:
+    """Per prompt, the runs (`runs_from`) of `trace.policy`'s rounds; and the mean seconds of its refreshes."""
+    rows = [json.loads(line) for line in Path(trace.rows).read_text().splitlines() if line.strip()]
+    rows = [row for row in rows if row["policy"] == trace.policy]
+    events = [event["seconds"] for row in rows for event in row.get("rescoring_events", [])]
+    return {row["prompt"]: runs_from(row["accepted"]) for row in rows}, statistics.mean(events) if events else 0.0
+
+
+def evaluate(new_tokens: int, make=DraftLength, sets=SETS) -> list[dict]:
+    """One row per trace set and regime: the controller against the target alone and the constant lengths."""
+    rows = []
+    for name, trace in sets.items():
+        prompts, refresh = load(trace)
+        alone = 1 / piecewise_linear(sorted(trace.curve), 1)
+        for regime in ("repeat", "continue"):
+            chosen = {p: r for p, r in prompts.items() if p.startswith(regime + ":")}
+            if not chosen:
+                continue
+            constant = {
+                k: [play(r, trace, new_tokens, k, refresh)[0] for r in chosen.values()] for k in range(GAMMA + 1)
+            }
+            best = max(constant, key=lambda k: statistics.mean(constant[k]))
+            played = [play(r, trace, new_tokens, make(max_length=GAMMA), refresh) for r in chosen.values()]
+            rate = [r for r, _ in played]
+            rows.append(
+                {
+                    "set": name,
+                    "half": trace.half,
+                    "regime": regime,
+                    "prompts": len(chosen),
+                    "best_constant": best,
+                    "vs_target": statistics.mean(r / alone for r in rate),
+                    "lowest_vs_target": min(r / alone for r in rate),
+                    "vs_constant_11": statistics.mean(r / c for r, c in zip(rate, constant[GAMMA], strict=True)),
+                    "vs_best_constant": statistics.mean(r / c for r, c in zip(rate, constant[best], strict=True)),
+                    "constant_11_vs_target": statistics.mean(c / alone for c in constant[GAMMA]),
+                    "mean_length": statistics.mean(statistics.mean(lengths) for _, lengths in played),
+                    "refresh_seconds": refresh,
+                    "costs_from": trace.costs_from,
+                }
+            )
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    headers = ["set", "half", "regime", "prompts", "controller / target", "lowest / target", "controller / 11",
+               "controller / best constant (k)", "11 / target", "mean length"]  # fmt: skip
+    body = [
+        [r["set"], r["half"], r["regime"], r["prompts"], f"{r['vs_target']:.2f}", f"{r['lowest_vs_target']:.2f}",
+         f"{r['vs_constant_11']:.2f}", f"{r['vs_best_constant']:.2f} ({r['best_constant']})",
+         f"{r['constant_11_vs_target']:.2f}", f"{r['mean_length']:.1f}"]
+        for r in rows
+    ]  # fmt: skip
+    return pipe_table(headers, body) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    if args.new_tokens < 1:
+        raise SystemExit("--new-tokens must be positive.")
+    rows = evaluate(args.new_tokens)
+    record = {"date": datetime.date.today().isoformat(), "new_tokens": args.new_tokens, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "draft-length-traces.json").write_text(json.dumps(record, indent=1) + "\n")
+    text = table(rows)
+    (args.out / "draft-length-traces.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
