@@ -209,6 +209,10 @@ def run_speed(args) -> None:
                 accepted=[r["accepted"] for r in stats.rounds],
                 drafted=[r["drafted"] for r in stats.rounds],
                 draft_seconds=sum(r["draft_seconds"] for r in stats.rounds),
+                # per round, to price a simulated controller as measured (benchmarks/draft_length_traces.py)
+                round_draft_seconds=[round(r["draft_seconds"], 4) for r in stats.rounds],
+                round_verify_seconds=[round(r.get("verify_seconds") or 0.0, 4) for r in stats.rounds],
+                policy=stats.policy,
                 budget=stats.budget,
                 peak_kv_bytes=stats.peak_kv_bytes,
                 peak_store_bytes=stats.peak_store_bytes,

@@ -36,8 +36,9 @@ from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
 
 POLICY_CHOICES = list(rift_hf.POLICIES)
 RECOMMENDED = rift_hf.RiftConfig().policy
-# The recommended policy (RiftConfig's default) beside the reference and the paper's policies.
-DEFAULT_POLICIES = list(dict.fromkeys(["full", "snapkv", "rift-stat", "rift-dyn", RECOMMENDED]))
+# The recommended policy (RiftConfig's default: `auto`, page-round below 16K prompt tokens, rift-dyn with a carry
+# from there on) beside the reference, SnapKV, the paper's rift-dyn and our page-round.
+DEFAULT_POLICIES = list(dict.fromkeys(["full", "snapkv", "rift-dyn", "page-round", RECOMMENDED]))
 DOCUMENTS = ("argparse", "textwrap", "difflib", "configparser")
 PRESETS = ["tiny-random", "qwen-coder", "gemma3-self"]
 TARGET_ALONE = "target alone"

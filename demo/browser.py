@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 APP = Path(__file__).resolve().parent / "app.py"
-DEFAULT_POLICIES = ("full", "snapkv", "rift-stat", "rift-dyn", "page-round")  # the page's default choice
+DEFAULT_POLICIES = ("full", "snapkv", "rift-dyn", "page-round", "auto")  # the page's default choice
 
 
 def free_port() -> int:

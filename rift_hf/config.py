@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .policies import Policy, policy_class, policy_names
+from .policies.auto import Auto
 from .policies.params import positive_int
 
 
@@ -58,12 +59,14 @@ class RiftConfig:
     `delta` tokens, or adaptively) decides when the selection is refreshed.
 
     Args:
-        policy (`str`, defaults to `"page-round"`):
+        policy (`str`, defaults to `"auto"`):
             A registered policy (`rift_hf.policies.policy_names()`): built in `full`, `swa`, `snapkv`, `rift-stat`,
             `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's), `page-ahead`, `page-retrieval` and `page-round`
-            (ours; `page-round` is the default: retention >= 0.93 at 4x and 8x on our pair at ~4K and ~8K inputs
-            with a step about as cheap as rift-dyn's, docs/results/e1-scale.md; `page-retrieval` keeps a little more
-            AL at a dearer step).
+            (ours: retention >= 0.93 at 4x and 8x on our pair at ~4K and ~8K inputs with a step about as cheap as
+            rift-dyn's, docs/results/e1-scale.md; `page-retrieval` keeps a little more AL at a dearer step), and
+            `auto`, the default: `page-round` below 16,384 prompt tokens, `rift-dyn` with `tokens_ahead=128` and an
+            int4 store from there on (where page-round loses AL: `rift_hf/policies/auto.py`), chosen when the cache
+            sees the prompt (`fitted`). `auto` takes only the fields both read; name a policy to set the others.
         budget (`int` or `float`, defaults to `0.25`):
             Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
             as a fraction of the prompt length (0.25 = "4x compression").
@@ -102,7 +105,7 @@ class RiftConfig:
             (`int`, defaults to 64): keep a store policy's full store in `int8`/`int4`/`int2` (keys per channel over
             groups of `store_group_size` tokens, values per token over groups of `store_group_size` channels), the
             newest `store_residual` committed rows in the model's dtype; `None` keeps it in the model's dtype.
-            `"auto"` is the policy's own choice: `int4` for `page-round`, `None` for the others.
+            `"auto"` is the policy's own choice: `int4` for `page-round` and `auto`, `None` for the others.
         kv_dtype (`str`, *optional*) and kv_group_size (`int`, defaults to 64): keep the *selected* rows of the
             working set in `int8`/`int4`/`int2` (optimum-quanto); sinks and the recent window stay in the model's
             dtype, and attention reads the selection dequantised. For the policies that select (not `full`, `swa`,
@@ -137,7 +140,7 @@ class RiftConfig:
     ```
     """
 
-    policy: str = "page-round"
+    policy: str = "auto"
     budget: int | float = 0.25
     rho: float | None = None
     n_sink: int = 0
@@ -372,6 +375,10 @@ class RiftConfig:
         window (or a block) on a short prompt; the window and block size then shrink to fit it (and `n_sink` to below
         it), so the defaults work on any prompt. An int budget is checked at construction and never changed.
         """
+        if self.policy == "auto":  # the policy for this prompt's length, with its own defaults
+            return dataclasses.replace(self, block_size=None, pages_ahead=None, **Auto.choice(prompt_length)).fitted(
+                prompt_length
+            )
         if not policy_class(self.policy).compresses or isinstance(self.budget, int):
             return self
         budget = self._budget_tokens(prompt_length)
@@ -388,6 +395,8 @@ class RiftConfig:
     def resolve_budget(self, prompt_length: int) -> int | float:
         """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts);
         `math.inf` for a policy that does not compress."""
+        if self.policy == "auto":
+            return self.fitted(prompt_length).resolve_budget(prompt_length)
         policy = self.policy_object
         if not policy.compresses:
             return math.inf

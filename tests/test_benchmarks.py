@@ -304,6 +304,23 @@ def test_draft_length_simulation_writes_every_case_against_the_best_constant(tmp
     assert "controller / best" in (tmp_path / "draft-length-sim.md").read_text()
 
 
+def test_draft_length_traces_follow_the_replayed_rounds(tmp_path):
+    from benchmarks import draft_length_traces as traces
+
+    # a round that accepted 1 then rejected; one that rejected at once; an all-accepted round continuing into the next
+    assert traces.runs_from([1, 0, 2, 2], gamma=2) == [1, 0, 0, 2, 2, 2, 2, 1, 0]
+    assert traces.runs_from([2, 0], gamma=2) == [2, 1, 0, 0]
+    # drafting a constant k along the runs accepts min(k, run) per round: k = 0 is the target alone
+    trace = traces.TraceSet("tune", "", "p", 0.1, ((1, 1.0), (4, 1.3)), "")
+    assert traces.play([0] * 8, trace, 8, 0)[0] == 1.0
+    rate, lengths = traces.play([3, 2, 1, 0] * 4, trace, 8, 3)
+    assert lengths == [3, 3] and rate == 8 / (2 * (0.3 + 1.3))
+    traces.main(["--new-tokens", "48", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "draft-length-traces.json").read_text())["rows"]
+    assert {(r["set"], r["regime"]) for r in rows} == {(s, g) for s in traces.SETS for g in ("repeat", "continue")}
+    assert all(r["prompts"] == 8 and 0 < r["vs_best_constant"] <= 1.1 for r in rows)
+
+
 def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
     from benchmarks import verify_cost
 

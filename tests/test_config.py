@@ -212,3 +212,27 @@ def test_the_cache_keyword_is_the_installed_transformers_own():
         kwargs = {name: marker, "use_cache": True}
         assert pop_cache(kwargs) is marker and kwargs == {"use_cache": True}
     assert pop_cache({}) is None
+
+
+def test_auto_is_page_round_on_shorter_prompts_and_rift_dyn_with_a_carry_on_longer_ones():
+    from rift_hf.policies.auto import LONG_PROMPT
+
+    config = RiftConfig()
+    assert config.policy == "auto" and config.store_dtype == "int4"
+    short, long = config.fitted(LONG_PROMPT - 1), config.fitted(LONG_PROMPT)
+    assert (short.policy, short.block_size, short.pages_ahead, short.store_dtype) == ("page-round", 8, 2, "int4")
+    assert (long.policy, long.tokens_ahead, long.delta, long.store_dtype) == ("rift-dyn", 128, 128, "int4")
+    assert long.block_size == preset("rift-dyn").block_size and long.pages_ahead == 0
+    # what both read passes through; the budget is the chosen policy's (page-round rounds to whole pages)
+    chosen = RiftConfig(budget=0.125, window=32, store_dtype=None)
+    resolved = chosen.fitted(40000)
+    assert (resolved.window, resolved.store_dtype, resolved.budget) == (32, None, 0.125)
+    assert chosen.resolve_budget(1001) == preset("page-round", budget=0.125, window=32).resolve_budget(1001)
+    assert chosen.resolve_budget(40000) == 5000
+
+
+@pytest.mark.parametrize("field, value", [("tokens_ahead", 64), ("score_queries", 4), ("delta", 64), ("block_size", 4)])
+def test_auto_refuses_a_field_only_one_of_its_policies_reads(field, value):
+    with pytest.raises(ValueError, match=f"does not read `{field}`"):
+        RiftConfig(**{field: value})
+    RiftConfig(policy="rift-dyn" if field in ("tokens_ahead", "delta") else "page-round", **{field: value})

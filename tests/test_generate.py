@@ -407,3 +407,23 @@ def test_tokens_ahead_stays_lossless_and_changes_the_selection(pairs, policy):
         assert torch.equal(out, reference)
         rounds[ahead] = [r["accepted"] for r in rift_hf.last_stats(target).rounds]
     assert rounds[8] != rounds[0]  # the carried scores chose other tokens
+
+
+@pytest.mark.parametrize("long_prompt, chosen", [(10_000, "page-round"), (30, "rift-dyn")])
+def test_auto_chooses_by_prompt_length_and_stays_lossless(monkeypatch, long_prompt, chosen):
+    from rift_hf.policies import auto
+
+    monkeypatch.setattr(auto, "LONG_PROMPT", long_prompt)  # a tiny prompt stands in for a long one
+    target, draft = draft_target_pair("llama", gamma=4)
+    ids = make_prompt(48, seed=3)
+    gen = {"max_new_tokens": 40, "min_new_tokens": 40, "do_sample": False}
+    config = {"budget": 16, "window": 4, "draft_length": "fixed"}
+    out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
+    assert torch.equal(out, target.generate(ids, **gen))
+    stats = rift_hf.last_stats(target)
+    assert stats.policy == chosen and stats.budget == 16
+    # rift-dyn refreshes every `delta` (128) committed tokens, page-round at every round
+    if chosen == "rift-dyn":
+        assert len(stats.rescorings) == 0
+    else:
+        assert len(stats.rescorings) >= len(stats.rounds) // 2

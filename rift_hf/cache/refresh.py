@@ -13,10 +13,10 @@ class Refresh:
     `signals` is fed by the generation loop (acceptance, entropy) and here (drift of the recent queries).
     """
 
-    def __init__(self, policy, config):
+    def __init__(self, policy, config, events: list | None = None):
         self.schedule = policy.schedule()
         self.signals = Signals(alpha=config.al_alpha, entropy_window=config.check_interval)
-        self.events: list[dict] = []
+        self.events: list[dict] = [] if events is None else events
         self.last_select = self.last_check = 0
 
     def restart(self, position: int) -> None:

@@ -79,6 +79,16 @@ def resolve_budget(config: RiftConfig, prompt_length: int, like: torch.Tensor) -
     return config, budget, recent, n_select
 
 
+def use_policy(cache: RiftCache, config: RiftConfig) -> None:
+    """Give `cache` `config` and its policy, with that policy's refresh clock (schedule, signals; the events list
+    stays, as a RiftStats holds it) and whether the layers record their queries: at construction, and again once the
+    prompt is seen (the fitted config; `auto` has then chosen its policy)."""
+    cache.config, cache.policy = config, config.policy_object
+    cache.refresh = Refresh(cache.policy, config, cache.events)
+    cache.schedule, cache.signals = cache.refresh.schedule, cache.refresh.signals
+    cache.records_queries = config.keeps_store or cache.schedule.needs_drift
+
+
 class RiftCache(Cache):
     """
     A cache whose full-attention layers keep a fixed budget of past tokens, chosen by a RIFT policy.
@@ -111,14 +121,11 @@ class RiftCache(Cache):
         self._first_attention = next(
             (i for i, layer in enumerate(self.layers) if isinstance(layer, CacheLayerMixin)), None
         )
-        self.policy = rift_config.policy_object
         self.selection_head = None
         if rift_config.selection_head is not None:
             self.selection_head = SelectionHead.load(rift_config.selection_head).requires_grad_(False)
-        self.refresh = Refresh(self.policy, rift_config)
-        # The refresh clock's schedule, signals and events (one per refresh: position, seconds, reason, signals).
-        self.schedule, self.signals, self.events = self.refresh.schedule, self.refresh.signals, self.refresh.events
-        self.records_queries = rift_config.keeps_store or self.schedule.needs_drift
+        self.events: list[dict] = []  # one entry per refresh (position, seconds, reason, signals)
+        use_policy(self, rift_config)
         self.budget: float = float("inf")
         self.recent = self.n_select = 0
         self.prompt_length: int | None = None
@@ -167,9 +174,10 @@ class RiftCache(Cache):
 
     def _resolve_budget(self, prompt_length: int, like: torch.Tensor) -> None:
         self.prompt_length = prompt_length
-        self.config, self.budget, self.recent, self.n_select = resolve_budget(self.config, prompt_length, like)
-        self.policy = self.config.policy_object
+        config, self.budget, self.recent, self.n_select = resolve_budget(self.config, prompt_length, like)
+        use_policy(self, config)
         self.refresh.restart(prompt_length)
+
 
     def activate_past_recording(self, **_) -> None:
         # transformers 5.25 asks the target's cache to keep per-token recurrent states (`recurrent_states_to_keep`);

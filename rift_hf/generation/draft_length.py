@@ -99,8 +99,12 @@ class DraftLength:
     one-token step: what drafting must beat), the third drafts where the first says the choice will fall (`max_length`
     if every draft was accepted, else one past those that were), pricing a verification of several tokens and the
     round's fixed cost, which the first round's warm-up would overstate; the choice starts with the fourth.
-    Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high.
-    `python -m benchmarks.draft_length_sim` measures a change against the best constant length.
+    Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high. Rounds
+    without drafting are seen too: the next drafting round re-feeds their tokens, and the drafter's greedy predictions
+    there say how many drafts it would have had accepted (`observe_idle`), so a probe that accepts nothing does not
+    alone decide the next back-off. `python -m benchmarks.draft_length_sim` (synthetic loops) and `python -m
+    benchmarks.draft_length_traces` (the rounds of exact replays, priced as measured) measure a change against the
+    best constant length.
     """
 
     max_length: int

@@ -11,7 +11,7 @@ class RiftStats:
     What happened in one `generate` call.
 
     Attributes:
-        policy: the drafter cache policy.
+        policy: the drafter cache policy (for `auto`, the policy it chose once the cache saw the prompt).
         rounds: one dict per target verification round: `drafted`, `accepted`, `draft_seconds`, `signals`.
         rescorings: one dict per rescoring: `position`, `seconds`, `reason`, `signals`.
         prompt_tokens, budget: the resolved budget in tokens (`None` for `full`).
@@ -68,6 +68,7 @@ class RiftStats:
         if cache.config.track_attention_mass:
             self.attention_mass = cache.attention_mass_log()
         self.prompt_tokens = cache.prompt_length
+        self.policy = cache.config.policy
         self.budget = None if cache.budget == float("inf") else int(cache.budget)
 
     @property

@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     page_ahead,
     page_retrieval,
     page_round,
+    auto,
 )
 
 # isort: on

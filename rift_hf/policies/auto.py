@@ -1,0 +1,43 @@
+"""auto (the default): a policy chosen by prompt length, once the cache sees the prompt.
+
+Below `LONG_PROMPT` tokens it is page-round; from there on rift-dyn with scores carried 128 tokens forward and an int4
+store. Measured by exact replay on our pair (qwen-coder, 16 prompts at 4x, repeat / continue; docs/results/scoring.md
+and docs/results/long-inputs.md): at ~4K page-round keeps 0.99 / 0.96 of the full cache's AL where
+rift-dyn@tokens_ahead=128 keeps 1.00 / 0.87; at ~16K the two tie (1.006 / 0.989 against 1.016 / 0.975); at ~32K
+page-round keeps 0.93 / 0.99 and rift-dyn@tokens_ahead=128 with an int4 store 1.10 / 0.98, with less drafter memory
+(its working set plus store 0.53x the full cache's, page-round 0.60x). What page-round misses at 32K is where the
+drafter reads next, not its page summaries: carrying scores forward holds it.
+
+The choice is a `RiftConfig` with the chosen policy's own fields (`RiftConfig.fitted`); `auto` itself reads only the
+fields both read, so a field one of them alone reads is refused here: name that policy to set it.
+"""
+
+from __future__ import annotations
+
+from .base import Policy, register
+
+# Prompts of at least this many tokens get rift-dyn: between ~16K, where the two tie, and ~32K, where page-round loses.
+LONG_PROMPT = 16384
+
+
+@register
+class Auto(Policy):
+    name = "auto"
+    params = frozenset({"window"})
+    keeps_store = True
+    store_dtype = "int4"
+
+    @staticmethod
+    def choice(prompt_length: int) -> dict:
+        """The policy and its fields for a prompt of `prompt_length` tokens."""
+        if prompt_length >= LONG_PROMPT:
+            return {"policy": "rift-dyn", "tokens_ahead": 128}
+        return {"policy": "page-round"}
+
+    def _unresolved(self, *_, **__):
+        raise RuntimeError(
+            "Policy 'auto' is resolved to page-round or rift-dyn once the prompt's length is known "
+            "(RiftConfig.fitted); a cache asked it to select before that."
+        )
+
+    score = select = select_pages = default_rho = _unresolved
