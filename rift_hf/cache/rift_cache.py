@@ -178,7 +178,6 @@ class RiftCache(Cache):
         use_policy(self, config)
         self.refresh.restart(prompt_length)
 
-
     def activate_past_recording(self, **_) -> None:
         # transformers 5.25 asks the target's cache to keep per-token recurrent states (`recurrent_states_to_keep`);
         # a verifier RiftCache rolls back by snapshot instead (stateful.py), so the layers keep none.
