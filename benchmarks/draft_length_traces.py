@@ -34,6 +34,7 @@ from rift_hf.generation.draft_length import DraftLength, piecewise_linear
 
 E1 = Path("benchmarks/results/E1/qwen-coder")
 GAMMA = 11
+IDLE_SEEN = 16  # the newest re-fed tokens whose predictions RiftCandidateGenerator keeps
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def play(runs: list[int], trace: TraceSet, new_tokens: int, choose, refresh: flo
             if k and idle and hasattr(controller, "observe_idle"):
                 # The round's first forward re-feeds what the target emitted alone: its drafter's predictions there,
                 # as drafts from each of those positions up to the round's start (censored there)
-                controller.observe_idle([(min(runs[q], position - q), position - q) for q in idle])
+                controller.observe_idle([(min(runs[q], position - q), position - q) for q in idle[-IDLE_SEEN:]])
             if k:
                 idle = []
             else:
