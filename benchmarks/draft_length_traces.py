@@ -45,6 +45,7 @@ class TraceSet:
     step: float  # seconds per drafted token (the round's first forward included)
     curve: tuple  # (tokens verified, seconds) of a verification round, the loop included
     costs_from: str
+    first: float | None = None  # a round's first forward, measured (else a step plus the replay's refresh seconds)
 
 
 # The ~32K curve is `benchmarks/results/verify-cost-bf16` (sdpa_gqa) plus the loop's ~0.05 s a round; the others are a
@@ -73,6 +74,17 @@ SETS = {
         0.185,
         ((1, 0.722), (12, 1.718)),
         "speed-16384in-128tok-gqa (2 prompts)",
+    ),
+    # The ~16K replay's acceptance (fp32) priced with a bf16 run's per-round seconds (medians over page-round's rounds
+    # by size): the one set whose costs come round by round from a real run of the same prompts' length.
+    "16k-bf16": TraceSet(
+        "eval",
+        f"{E1}/replay-16384in-256tok-8per-task/4x/rows.jsonl",
+        "page-round",
+        0.097,
+        ((1, 0.322), (2, 0.399), (3, 0.406), (5, 0.424), (8, 0.436), (12, 0.455)),
+        "speed-16384in-128tok-bf16 (8 prompts, round_draft_seconds / round_verify_seconds)",
+        first=0.201,
     ),
     "4k-fp32": TraceSet(
         "eval",
@@ -151,6 +163,8 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS) -> list[dict]:
     rows = []
     for name, trace in sets.items():
         prompts, refresh = load(trace)
+        if trace.first is not None:
+            refresh = trace.first - trace.step
         alone = 1 / piecewise_linear(sorted(trace.curve), 1)
         for regime in ("repeat", "continue"):
             chosen = {p: r for p, r in prompts.items() if p.startswith(regime + ":")}
