@@ -158,8 +158,10 @@ def load(trace: TraceSet) -> tuple[dict[str, list[int]], float]:
     return {row["prompt"]: runs_from(row["accepted"]) for row in rows}, statistics.mean(events) if events else 0.0
 
 
-def evaluate(new_tokens: int, make=DraftLength, sets=SETS) -> list[dict]:
-    """One row per trace set and regime: the controller against the target alone and the constant lengths."""
+def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None) -> list[dict]:
+    """One row per trace set and regime: the controller against the target alone and the constant lengths (`player`:
+    how the controller drafts along a trace, `play` by default)."""
+    player = player or play
     rows = []
     for name, trace in sets.items():
         prompts, refresh = load(trace)
@@ -174,7 +176,7 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS) -> list[dict]:
                 k: [play(r, trace, new_tokens, k, refresh)[0] for r in chosen.values()] for k in range(GAMMA + 1)
             }
             best = max(constant, key=lambda k: statistics.mean(constant[k]))
-            played = [play(r, trace, new_tokens, make(max_length=GAMMA), refresh) for r in chosen.values()]
+            played = [player(r, trace, new_tokens, make(max_length=GAMMA), refresh) for r in chosen.values()]
             rate = [r for r, _ in played]
             rows.append(
                 {
