@@ -28,8 +28,10 @@ import datetime
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks import draft_length_traces as traces
+from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength, piecewise_linear
 
 
@@ -125,7 +127,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--look-scale", type=float, default=1.5)
-    parser.add_argument("--out", type=traces.Path, default=traces.Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     rows = []
     for name, make in VARIANTS.items():
@@ -142,7 +144,7 @@ def main(argv=None) -> None:
          f"{r['vs_constant_11']:.2f}", f"{r['vs_best_constant']:.2f} ({r['best_constant']})"]
         for r in rows
     ]  # fmt: skip
-    text = traces.pipe_table(headers, body) + "\n"
+    text = pipe_table(headers, body) + "\n"
     (args.out / "draft-length-looks.md").write_text(text)
     print(text)
 

@@ -321,6 +321,38 @@ def test_draft_length_traces_follow_the_replayed_rounds(tmp_path):
     assert all(r["prompts"] == 8 and 0 < r["vs_best_constant"] <= 1.1 for r in rows)
 
 
+def test_a_look_ends_a_back_off_and_decides_from_what_it_saw(tmp_path):
+    from benchmarks import draft_length_looks as looks
+    from benchmarks import draft_length_traces as traces
+
+    def backed_off(**kwargs):
+        """A controller whose drafts were all rejected, one round short of a probe."""
+        controller = looks.LookingDraftLength(max_length=6, **kwargs)
+        while not (controller.idle == 1 and controller.missed):
+            k = controller.choose()
+            forwards = [0.1] * k
+            controller.observe(k, 0, sum(forwards), 0.3 + 0.1 * k if k else 0.3, forwards)
+        return controller
+
+    probing = backed_off()
+    assert probing.choose() > 0 and probing.chosen[-1][1] == "probe"
+    looking = backed_off()
+    assert looking.wants_look()
+    looking.observe_idle([(8 - i, 8 - i) for i in range(8)])  # the drafter would have predicted every idle token
+    looking.looked()
+    assert looking.choose() > 0 and looking.chosen[-1][1] == "look"
+    blind = backed_off()
+    blind.observe_idle([(0, 8 - i) for i in range(8)])  # ... or none of them: back to the target alone
+    blind.looked()
+    assert blind.choose() == 0 and blind.idle > 0
+    looks.main(["--new-tokens", "48", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "draft-length-looks.json").read_text())["rows"]
+    assert {r["variant"] for r in rows} == set(looks.VARIANTS)
+    # `probe` is today's controller: the trace simulator's own rows
+    probe = [{k: v for k, v in r.items() if k != "variant"} for r in rows if r["variant"] == "probe"]
+    assert probe == traces.evaluate(48)
+
+
 def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
     from benchmarks import verify_cost
 
