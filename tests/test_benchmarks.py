@@ -326,12 +326,13 @@ def test_a_look_ends_a_back_off_and_decides_from_what_it_saw(tmp_path):
     from benchmarks import draft_length_traces as traces
 
     def backed_off(**kwargs):
-        """A controller whose drafts were all rejected, one round short of a probe."""
+        """A controller whose drafts were all rejected after the first round's one, one round short of a probe."""
         controller = looks.LookingDraftLength(max_length=6, **kwargs)
         while not (controller.idle == 1 and controller.missed):
             k = controller.choose()
             forwards = [0.1] * k
-            controller.observe(k, 0, sum(forwards), 0.3 + 0.1 * k if k else 0.3, forwards)
+            accepted = min(k, 1) if controller.rounds == 0 else 0
+            controller.observe(k, accepted, sum(forwards), 0.3 + 0.1 * k if k else 0.3, forwards)
         return controller
 
     probing = backed_off()
