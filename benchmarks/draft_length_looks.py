@@ -32,7 +32,7 @@ from pathlib import Path
 
 from benchmarks import draft_length_traces as traces
 from rift_hf.experiments.tables import pipe_table
-from rift_hf.generation.draft_length import DraftLength, piecewise_linear
+from rift_hf.generation.draft_length import DraftLength
 
 
 @dataclass
@@ -80,37 +80,8 @@ def player(look_scale: float):
     one."""
 
     def play(runs, trace, new_tokens, controller, refresh=0.0):
-        position = tokens = 0
-        seconds = 0.0
-        lengths, idle = [], []
-        look = look_scale * (trace.step + refresh)
-        controller.look_cost = look
-        while tokens < new_tokens:
-            seen = [(min(runs[q], position - q), position - q) for q in idle[-traces.IDLE_SEEN :]]
-            if isinstance(controller, LookingDraftLength) and idle and controller.wants_look():
-                controller.observe_idle(seen)
-                controller.looked()
-                seconds += look
-                idle = []
-            k = controller.choose()
-            k = min(k, new_tokens - tokens - 1) if k else 0
-            n = min(k, runs[position] if position < len(runs) else 0)
-            forwards = [trace.step] * k
-            if forwards:
-                forwards[0] += refresh
-            verify = piecewise_linear(sorted(trace.curve), k + 1)
-            if k and idle:
-                controller.observe_idle(seen)
-            idle = [] if k else [*idle, position]
-            warm = list(forwards)
-            if warm and controller.rounds == 0:
-                warm[0] += 50 * trace.step  # the drafter's prompt forward: not in a decode-phase rate
-            controller.observe(k, n, sum(warm), verify, warm)
-            seconds += sum(forwards) + verify
-            tokens += n + 1
-            position += n + 1
-            lengths.append(k)
-        return tokens / seconds, lengths
+        controller.look_cost = look_scale * (trace.step + refresh)
+        return traces.play(runs, trace, new_tokens, controller, refresh, look=controller.look_cost)
 
     return play
 

@@ -114,15 +114,23 @@ def runs_from(accepted: list[int], gamma: int = GAMMA) -> list[int]:
     return runs
 
 
-def play(runs: list[int], trace: TraceSet, new_tokens: int, choose, refresh: float = 0.0) -> tuple[float, list[int]]:
+def play(
+    runs: list[int], trace: TraceSet, new_tokens: int, choose, refresh: float = 0.0, look: float | None = None
+) -> tuple[float, list[int]]:
     """Tokens per second of drafting along `runs` until `new_tokens` are emitted; `choose` is a DraftLength, an int
     (a constant length) or None; `refresh`: seconds a round's first forward adds to a step (the policy's refresh).
+    `look`: seconds of a look, taken wherever the controller `wants_look` (`benchmarks/draft_length_looks.py`).
     Returns the rate and the lengths drafted."""
     controller = choose if isinstance(choose, DraftLength) else None
     position = tokens = 0
     seconds = 0.0
     lengths, idle = [], []
     while tokens < new_tokens:
+        if look is not None and idle and controller.wants_look():
+            controller.observe_idle([(min(runs[q], position - q), position - q) for q in idle[-IDLE_SEEN:]])
+            controller.looked()
+            seconds += look
+            idle = []
         k = controller.choose() if controller else choose
         k = min(k, new_tokens - tokens - 1) if k else 0
         n = min(k, runs[position] if position < len(runs) else 0)
