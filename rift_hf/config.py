@@ -16,6 +16,7 @@ from typing import Any
 
 from .policies import Policy, policy_class, policy_names
 from .policies.auto import Auto
+from .policies.base import _label_hint
 from .policies.params import positive_int
 
 
@@ -570,7 +571,7 @@ def preset(name: str, **overrides: Any) -> RiftConfig:
     128
     """
     if name not in policy_names():
-        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(policy_names())}.")
+        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(policy_names())}.{_label_hint(name)}")
     return RiftConfig(policy=name, **overrides)
 
 

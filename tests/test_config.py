@@ -69,6 +69,16 @@ def test_unknown_field_is_named():
         RiftConfig.from_dict({"policy": "swa", "bugdet": 3})
 
 
+@pytest.mark.parametrize("as_", ["policy", "preset"])
+def test_a_benchmark_label_given_as_a_policy_is_answered_with_its_fields(as_):
+    label = "page-round@pages_ahead=1,store_dtype=int4"
+    with pytest.raises(ValueError) as raised:
+        RiftConfig.coerce({"policy": label} if as_ == "policy" else label)
+    fields = {"policy": "page-round", "pages_ahead": 1, "store_dtype": "int4"}
+    assert repr(fields) in str(raised.value)
+    assert RiftConfig.coerce(fields).pages_ahead == 1  # and what it names works
+
+
 def test_transformers_outside_the_tested_range_is_refused_at_import():
     import pytest
 

@@ -204,6 +204,29 @@ def test_beams_and_return_sequences_are_named_before_any_forward(pairs, field):
     assert not calls
 
 
+@pytest.mark.parametrize("request_", ["inputs_embeds only", "output_attentions under sdpa"])
+def test_assisted_requests_transformers_would_crash_on_are_named_before_any_forward(pairs, request_):
+    # transformers' own assisted loop fails on both deep inside (a reshape of an empty prompt; an empty tuple of
+    # attention weights): a rift call names the fix instead, before either model runs.
+    target, draft = _pair(pairs, "llama")
+    prompt = make_prompt(20, seed=7)
+    if request_ == "inputs_embeds only":
+        kwargs, match = {"inputs_embeds": target.get_input_embeddings()(prompt)}, "input_ids="
+    else:
+        assert target.config._attn_implementation == "sdpa"
+        kwargs, match = {"input_ids": prompt, "output_attentions": True, "return_dict_in_generate": True}, "eager"
+    (target_calls, target_hook), (draft_calls, draft_hook) = _count_forwards(target), _count_forwards(draft)
+    try:
+        with pytest.raises(ValueError, match=match):
+            target.generate(
+                assistant_model=draft, max_new_tokens=8, do_sample=False, cache_implementation="rift", **kwargs
+            )
+    finally:
+        target_hook.remove()
+        draft_hook.remove()
+    assert not target_calls and not draft_calls
+
+
 def test_lifting_the_stateful_refusal_does_not_touch_the_shared_target(monkeypatch):
     target = tiny_model("qwen3_5", seed=1)
     draft = tiny_model("qwen3_5", seed=2)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..config import policy_settings
+from ..policies import label_fields
 
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
@@ -237,18 +238,11 @@ def policy_config(label: str, budget, window: int, delta: int, extra: dict | Non
     """`rift-dyn@delta=16` -> `{"policy": "rift-dyn", ..., "delta": 16}` (values parsed as JSON where possible).
     Measurements draft a fixed length (`draft_length="fixed"`, as acceptance is measured); `@draft_length=auto` asks
     for the cost-aware length of the default settings."""
-    policy, _, overrides = label.partition("@")
+    overrides = label_fields(label)
     # The run's window, delta and extra fields go to the policies that read them (the others refuse a field they
     # ignore); a label's own overrides go as written.
     shared = {"budget": budget, "window": window, "delta": delta, "draft_length": "fixed", **(extra or {})}
-    config = policy_settings(policy, shared)
-    for item in filter(None, overrides.split(",")):
-        key, _, value = item.partition("=")
-        try:
-            config[key] = json.loads(value)
-        except json.JSONDecodeError:
-            config[key] = value
-    return config
+    return {**policy_settings(overrides["policy"], shared), **overrides}
 
 
 def column_mean(rows: list[dict], key: str, scale: float = 1.0):

@@ -195,6 +195,17 @@ def _get_candidate_generator(
                 cache.crop(-2)
             generator.assistant_kwargs[CACHE] = cache
         return generator
+    if input_ids.shape[-1] == 0:
+        raise ValueError(
+            "cache_implementation='rift' drafts from the prompt's token ids, but only `inputs_embeds` were given; pass "
+            "input_ids= (together with inputs_embeds= if the target needs them)."
+        )
+    if generation_config.output_attentions and self.config._attn_implementation != "eager":
+        raise ValueError(
+            "output_attentions=True in assisted generation returns the target's attention weights, which only "
+            f"attn_implementation='eager' computes (the target runs {self.config._attn_implementation!r}); call "
+            "target.set_attn_implementation('eager') first, or drop output_attentions."
+        )
     if target_tokenizer is not None and assistant_tokenizer is not None:
         raise ValueError(
             "cache_implementation='rift' does not support drafters with another tokenizer yet; use a drafter that "

@@ -17,7 +17,7 @@ from . import (  # noqa: F401
 )
 
 # isort: on
-from .base import Policy, policy_class, policy_names, register
+from .base import Policy, label_fields, policy_class, policy_names, register
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
 from .scorers import block_scores, carry_forward, snapkv_scores
 from .selection import keep_mask, select_blocks, select_tokens
@@ -32,6 +32,7 @@ __all__ = [
     "block_scores",
     "calibrate_thresholds",
     "keep_mask",
+    "label_fields",
     "policy_class",
     "policy_names",
     "register",

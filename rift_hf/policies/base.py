@@ -7,6 +7,7 @@ policy, never a policy name, so a new policy is one file with a `@register` clas
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, ClassVar
 
@@ -42,7 +43,29 @@ def policy_class(name: str) -> type[Policy]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"Unknown RIFT policy {name!r}; choose one of {', '.join(_REGISTRY)}.") from None
+        raise ValueError(
+            f"Unknown RIFT policy {name!r}; choose one of {', '.join(_REGISTRY)}.{_label_hint(name)}"
+        ) from None
+
+
+def label_fields(label: str) -> dict:
+    """A benchmark label as config fields: `page-round@pages_ahead=1` -> `{"policy": "page-round", "pages_ahead": 1}`
+    (values parsed as JSON where they parse)."""
+    policy, _, overrides = label.partition("@")
+    config = {"policy": policy}
+    for key, _, value in (item.partition("=") for item in filter(None, overrides.split(","))):
+        try:
+            config[key] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key] = value
+    return config
+
+
+def _label_hint(name) -> str:
+    """For a benchmark label given as a policy name: how to write it as fields."""
+    if not isinstance(name, str) or "@" not in name:
+        return ""
+    return f" {name!r} is a benchmark label (policy@field=value); as a config it is {label_fields(name)!r}."
 
 
 class Policy:
