@@ -1,14 +1,20 @@
 """
-Selection ceiling (#18): how much acceptance could any scorer buy rift-stat or rift-dyn at the same budget?
+Selection ceiling (#18, #45): how much acceptance could any scorer buy rift-stat, rift-dyn or page-round at the same
+budget?
 
 Replays a policy whose selections are scored with the queries still to come instead of the last `w` ones: the
 full-cache drafter's queries over the target's own output (the whole answer at rift-stat's prefill selection, the
-next Δ tokens at each rift-dyn selection), with no causal mask since every scored key precedes them. Budget, sinks,
-recent window, pooling and refresh schedule are the policy's own; only what the scorer reads changes. A selection
-head is fitted to exactly that future attention, so a head can at best reach what this oracle reaches: if the oracle
-does not lift retention by the +0.05 the issue asks, no head can.
+next Δ tokens at each rift-dyn selection, the round's own gamma + 1 positions at each page-round refresh, which then
+scores pages with all of them as `score_queries` does), with no causal mask since every scored key precedes them.
+Budget, sinks, recent window, pooling and refresh schedule are the policy's own; only what the scorer reads
+changes. A selection head is fitted to exactly that future attention, so a head can at best reach what this oracle
+reaches: if the oracle does not lift retention by the +0.05 the issue asks, no head can. For page-round the question
+is #45's: does generation lose AL because the newest query points at the wrong pages, or because the budget holds
+too few?
 
     python -m benchmarks.oracle_selection --tasks repeat --out benchmarks/results/training/oracle-selection
+    python -m benchmarks.oracle_selection --policies page-round --sources broad-tune --tasks python/generate,... \
+        --new-tokens 256 --per-task 4 --before <the tune half's replay folder> --out ...
 
 Resumable (`<out>/rows.jsonl`, one row per prompt and policy); `<out>/summary.json` compares each oracle with the same
 policy's rows (and the full cache's) in the E1 replay folder given by `--before`.
@@ -38,6 +44,13 @@ from rift_hf.replay import cached_target_output, capture_prefill, replay
 from rift_hf.training.selection import captured_attention
 
 E1 = Path("benchmarks/results/E1/qwen-coder/replay-4096in-512tok-8per-task")
+# The queries an oracle selection is scored with, from the selection on: the whole answer (rift-stat's one
+# selection), the next Δ (rift-dyn's refresh period), the round's drafted positions (page-round refreshes per round).
+SPANS = {
+    "rift-stat": lambda args: args.new_tokens,
+    "rift-dyn": lambda args: args.delta,
+    "page-round": lambda args: args.gamma + 1,
+}
 
 
 def unmasked_scores(query, key, scale, pool="avg", kernel=5, sinks=None):
@@ -101,6 +114,7 @@ def main(argv=None) -> None:
     parser.add_argument("--preset", default="qwen-coder")
     parser.add_argument("--policies", default="rift-stat,rift-dyn")
     parser.add_argument("--tasks", default="repeat,continue")
+    parser.add_argument("--sources", default="code", help="a source set of rift_hf.prompts (broad-tune: the tune half)")
     parser.add_argument("--compression", type=float, default=4.0)
     parser.add_argument("--input-tokens", type=int, default=4096)
     parser.add_argument("--new-tokens", type=int, default=512)
@@ -130,18 +144,25 @@ def main(argv=None) -> None:
     if args.summary_only:
         write_summary(args, policies, tasks)
         return
+    if args.shift is not None and "page-round" in policies:
+        raise ValueError("--shift carries token scores forward; page-round scores pages (use `pages_ahead`), drop it.")
     for policy in policies:
-        if policy not in ("rift-stat", "rift-dyn"):
+        if policy not in SPANS:
             raise ValueError(
-                f"The oracle is defined for rift-stat (whole answer) and rift-dyn (next Δ); got {policy!r}."
+                f"The oracle is defined for rift-stat (whole answer), rift-dyn (next Δ) and page-round (the round's "
+                f"gamma + 1 positions); got {policy!r}."
             )
     _, draft, tokenizer = replay_models(args.preset)
     fix_draft_length(draft, gamma=args.gamma)
+    spans = {p: SPANS[p](args) for p in policies}
+    # page-round scores with its newest `score_queries` queries: under the oracle, all of the round's.
+    extra = {p: {"score_queries": spans[p]} if p == "page-round" and args.shift is None else None for p in policies}
     configs = {
-        p: RiftConfig.coerce(policy_config(p, 1 / args.compression, args.window, args.delta, None)) for p in policies
+        p: RiftConfig.coerce(policy_config(p, 1 / args.compression, args.window, args.delta, extra[p]))
+        for p in policies
     }
     use_rift_attention(draft, next(iter(configs.values())))
-    prompts = prompt_set(tokenizer, args.input_tokens, args.per_task, tasks=tasks, sources="code")
+    prompts = prompt_set(tokenizer, args.input_tokens, args.per_task, tasks=tasks, sources=args.sources)
     rows_path = args.out / "rows.jsonl"
     args.out.mkdir(parents=True, exist_ok=True)
     done = (
@@ -163,7 +184,7 @@ def main(argv=None) -> None:
             future = future_queries(draft, record) if args.shift is None else None
             prefill, future_of = capture_prefill(draft, record, args.window), prompt.name
             forward_seconds = time.perf_counter() - tick
-        span = args.new_tokens if policy == "rift-stat" else args.delta
+        span = spans[policy]
         tick = time.perf_counter()
         with oracle_scoring(future, span) if args.shift is None else shifted_scoring(args.shift):
             stats = replay(draft, record, configs[policy], prefill=prefill)
@@ -215,6 +236,7 @@ def write_summary(args, policies, tasks) -> dict:
     summary = {
         "experiment": "oracle-selection",
         "preset": args.preset,
+        "sources": args.sources,
         "compression": args.compression,
         "input_tokens": args.input_tokens,
         "new_tokens": args.new_tokens,

@@ -9,6 +9,7 @@ from rift_hf.config import RiftConfig, policy_settings
 from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.kernels import pool_scores
 from rift_hf.policies import base as policy_base
+from rift_hf.policies.page_round import PageRound
 from rift_hf.replay import replay, target_output
 from tiny import draft_target_pair, make_prompt
 
@@ -79,3 +80,25 @@ def test_tokens_ahead_replays_as_the_benchmark_shift():
         ]
     configured = replay(draft, record, policy_settings("rift-dyn", {**SMALL, "tokens_ahead": 6})).rounds
     assert [(r["drafted"], r["accepted"]) for r in configured] == shifted
+
+
+def test_page_round_scores_each_refresh_with_the_queries_of_the_round_it_drafts(monkeypatch):
+    target, draft = draft_target_pair("llama", 4)
+    config = policy_settings("page-round", {**SMALL, "block_size": 2, "score_queries": 4})
+    use_rift_attention(draft, RiftConfig(**config))
+    record = target_output(target, make_prompt(40, seed=3), 40)
+    future = future_queries(draft, record)
+    stacked = torch.cat([future[layer] for layer in sorted(future)], dim=1)  # the layers' heads, as a refresh stacks
+    scored, select_pages = [], PageRound.select_pages
+    monkeypatch.setattr(
+        PageRound, "select_pages", lambda self, query, *rest: scored.append(query) or select_pages(self, query, *rest)
+    )
+    plain = [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds]
+    scored.clear()
+    with oracle_scoring(future, span=4):
+        oracle = [(r["drafted"], r["accepted"]) for r in replay(draft, record, config).rounds]
+    ahead = [q for q in scored if q.shape[2] == 4 and q.shape[1] == stacked.shape[1]]
+    assert len(ahead) >= len(oracle) - 4  # every refresh but those whose round runs past the answer
+    for query in ahead:  # each is 4 consecutive positions of the full cache's queries
+        assert any(torch.equal(query, stacked[:, :, t : t + 4]) for t in range(stacked.shape[2] - 3))
+    assert oracle != plain
