@@ -1,0 +1,69 @@
+"""What a decode-phase run (`generate_from`) times before its first draft: the drafter's recorded prompt forward
+loaded into its cache (`load_prefill`: the store filled, quantised where the policy keeps it in int4, the prompt's
+scores computed). A real run pays this inside its prompt forward; a decode-phase run pays it inside the timed
+decode, so it is measured here on its own, per policy, against a DynamicCache (transformers' assisted generation).
+
+    python -m benchmarks.setup_cost ~/.cache/rift-hf/prefills/qwen-coder/<prompt folder> --out <file.json>
+
+Median of `--repeats` loads; 2 threads. The policy's first selection (at the first commit) is not included.
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, DynamicCache
+
+from rift_hf import RiftConfig
+from rift_hf.cache import RiftCache
+from rift_hf.cli import split_labels
+from rift_hf.experiments.records import machine
+from rift_hf.models import cache_root
+from rift_hf.policies import label_fields
+from rift_hf.prefill import PromptCache, load_prefill
+
+SETTINGS = ("transformers", "auto", "page-round", "rift-dyn@tokens_ahead=128,store_dtype=int4")
+
+
+def load_seconds(config, prefill, label: str, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        tick = time.perf_counter()
+        if label == "transformers":
+            load_prefill(DynamicCache(config=config), prefill)
+        else:
+            load_prefill(
+                RiftCache(config, RiftConfig.coerce({**label_fields(label), "draft_length": "fixed"})), prefill
+            )
+        times.append(time.perf_counter() - tick)
+    return statistics.median(times)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("prompts", type=Path, nargs="+", help="prompt-cache folders (benchmarks.long_inputs prefill)")
+    parser.add_argument("--drafter", default="qwen2.5-coder-0.5b-instruct", help="a folder under the models root")
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    config = AutoConfig.from_pretrained(cache_root() / args.drafter)
+    rows = []
+    for folder in args.prompts:
+        prefill = PromptCache.load(folder).draft
+        row = {"prompt": folder.name, "input_tokens": prefill.states[0][0].shape[2]}
+        for label in split_labels(args.settings):
+            row[label] = round(load_seconds(config, prefill, label, args.repeats), 4)
+        rows.append(row)
+        print(json.dumps(row))
+    record = {"rows": rows, "machine": machine(), "threads": 2, "date": datetime.date.today().isoformat()}
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
