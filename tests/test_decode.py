@@ -57,6 +57,7 @@ def test_reused_prefills_equal_plain_greedy_and_a_fresh_run(pairs, caches, arch,
         ids, assistant_model=draft, do_sample=False, cache_implementation="rift", cache_config=config, **gen
     )
     fresh_rounds = _rounds(rift_hf.last_stats(target))
+    assert rift_hf.last_stats(target).prompt_load_seconds is None  # the drafter computed its prompt itself
     out, seconds = generate_from(
         target, prompt_caches[arch], assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
     )
@@ -64,6 +65,7 @@ def test_reused_prefills_equal_plain_greedy_and_a_fresh_run(pairs, caches, arch,
     assert torch.equal(out, plain) and torch.equal(fresh, plain)
     # The drafter starts exactly where its own prompt forward would have left it: the same rounds.
     assert _rounds(rift_hf.last_stats(target)) == fresh_rounds
+    assert 0 < rift_hf.last_stats(target).prompt_load_seconds < seconds  # timed inside the decode phase
 
 
 @pytest.mark.parametrize("arch", ARCHES)

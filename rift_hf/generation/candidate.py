@@ -177,7 +177,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
                     f"with window {self.rift_config.window}; compute the prompt cache with window >= "
                     f"{self.rift_config.window} (PromptCache.compute switches the drafter to 'rift')."
                 )
+            tick = time.perf_counter()
             load_prefill(self.cache, prefill)
+            self.stats.prompt_load_seconds = time.perf_counter() - tick
             self._first_logits = prefill.logits
 
     def get_candidates(self, input_ids, **kwargs):

@@ -20,6 +20,9 @@ class RiftStats:
         compiled_steps, eager_steps, compiles: with `compile=True`, one-token drafter forwards through the compiled
             step and those that ran eagerly (before the first compression, or past the headroom), and the graphs
             compiled in this call (one per working-set shape the drafter had not met: later calls replay them).
+        prompt_load_seconds: with a recorded prompt forward (`generate_from`), the seconds spent loading it into the
+            drafter's cache (store filled and quantised, prompt scores), which a real run spends in its prompt
+            forward and a decode-phase run inside its timed decode; `None` otherwise.
     """
 
     policy: str
@@ -33,6 +36,7 @@ class RiftStats:
     compiled_steps: int = 0
     eager_steps: int = 0
     compiles: int = 0
+    prompt_load_seconds: float | None = None
 
     def record_round(
         self,
