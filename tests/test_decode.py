@@ -140,3 +140,14 @@ def test_prompt_cache_refusals(pairs, caches):
     stateful_target, stateful_draft = draft_target_pair("qwen3_5", GAMMA)
     with pytest.raises(ValueError, match="recurrent"):
         PromptCache.compute(stateful_target, ids, stateful_draft)
+
+
+def test_the_setup_cost_benchmark_loads_one_record_into_each_settings_cache(pairs, caches):
+    from benchmarks.setup_cost import SETTINGS, load_seconds
+
+    target, draft = pairs["llama"]
+    _, prompt_caches = caches
+    for label in SETTINGS:
+        assert load_seconds(draft.config, prompt_caches["llama"].draft, label, repeats=1) > 0
+    with pytest.raises(ValueError, match="Unknown RIFT policy"):
+        load_seconds(draft.config, prompt_caches["llama"].draft, "no-such-policy", repeats=1)
