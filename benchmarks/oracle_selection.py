@@ -156,7 +156,7 @@ def main(argv=None) -> None:
     fix_draft_length(draft, gamma=args.gamma)
     spans = {p: SPANS[p](args) for p in policies}
     # page-round scores with its newest `score_queries` queries: under the oracle, all of the round's.
-    extra = {p: {"score_queries": spans[p]} if p == "page-round" and args.shift is None else None for p in policies}
+    extra = {p: {"score_queries": spans[p]} if p == "page-round" else None for p in policies}
     configs = {
         p: RiftConfig.coerce(policy_config(p, 1 / args.compression, args.window, args.delta, extra[p]))
         for p in policies
