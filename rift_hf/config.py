@@ -84,6 +84,9 @@ class RiftConfig:
             `page-round`, 0 otherwise).
         score_queries (`int`, defaults to 1): for `page-round`, how many of the newest verified queries score the
             pages at a refresh (each page's attention share averaged over them; at most `window`).
+        rechoose_after (`int`, defaults to 0): for `page-round`, choose the pages once more inside a drafting round,
+            after this many drafted tokens, scored with the round's queries so far (the newest `score_queries`
+            verified ones and the drafted ones); only the selection's rows are swapped (0: once per round only).
         tokens_ahead (`int`, defaults to 0): for policies that select tokens by score (snapkv, rift-stat,
             rift-stat-block, rift-dyn, rift-ada, page-ahead), each position's score is raised to the highest among
             it and the `tokens_ahead` positions before it, so a chosen token brings the ones after it (copying reads
@@ -151,6 +154,7 @@ class RiftConfig:
     block_size: int | None = None
     pages_ahead: int | None = None
     score_queries: int = 1
+    rechoose_after: int = 0
     tokens_ahead: int = 0
     delta: int = 128
     store_device: str | None = None

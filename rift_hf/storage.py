@@ -247,6 +247,15 @@ class WorkingSet(Rows):
         self.ring_size = ring_size
         self.ring_head = 0
 
+    def replace_selection(self, keys, values, positions: torch.Tensor) -> None:
+        """Overwrite the selection, the last `positions.shape[-1]` of the `fixed` rows, with rows `keys`/`values`
+        (`[B, H, S, D]`; None with positions only) at `positions` (`[H, S]`); every other row stays where it is."""
+        start = self.fixed - positions.shape[-1]
+        if self.keys is not None:
+            self.keys[:, :, start : self.fixed].copy_(keys)
+            self.values[:, :, start : self.fixed].copy_(values)
+        self.positions[:, start : self.fixed].copy_(positions)
+
     def commit(self) -> None:
         """The in-flight rows are verified: move them into the ring, overwriting its oldest rows (k row writes)."""
         start = self.committed
@@ -598,6 +607,10 @@ class QuantizedWorkingSet(WorkingSet):
         rest = torch.cat([index[:, :sinks], index[:, fixed:]], dim=-1)
         kept = torch.cat([positions[:, :sinks], positions[:, fixed:]], dim=-1)
         super().build(keys, values, rest, sinks, ring_size, headroom, kept)
+
+    def replace_selection(self, keys, values, positions: torch.Tensor) -> None:
+        quantized = [self.quantizers[i].quantize(rows.to(self.device)) for i, rows in enumerate((keys, values))]
+        self.selection = (*quantized, positions.to(self.device))
 
     def _with_selection(self, rows: torch.Tensor, which: int) -> torch.Tensor:
         if self.selection is None:

@@ -15,7 +15,10 @@ GEN = {"max_new_tokens": 40, "min_new_tokens": 40, "do_sample": False}
 
 
 def _run(target, draft, ids, policy, compile):
+    policy, _, rechoose = policy.partition("@rechoose_after=")  # page-round swapping its selection inside a round
     config = {**policy_settings(policy, SETTINGS), "draft_length": "fixed", "compile": compile}
+    if rechoose:
+        config["rechoose_after"] = int(rechoose)
     out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **GEN)
     return out, rift_hf.last_stats(target)
 
@@ -26,7 +29,7 @@ def test_compiled_drafting_drafts_what_eager_drafting_drafts(arch):
     ids = make_prompt(120, seed=3)
     reference = target.generate(ids, **GEN)
     compiles = 0
-    for policy in COMPILABLE if arch == "llama" else ["page-round"]:
+    for policy in [*COMPILABLE, "page-round@rechoose_after=2"] if arch == "llama" else ["page-round"]:
         eager, eager_stats = _run(target, draft, ids, policy, compile=False)
         out, stats = _run(target, draft, ids, policy, compile=True)
         assert torch.equal(out, reference) and torch.equal(eager, reference), policy
@@ -35,6 +38,8 @@ def test_compiled_drafting_drafts_what_eager_drafting_drafts(arch):
         assert stats.compiled_steps > 2 * len(stats.rounds), policy  # every round after the first compression
         assert stats.eager_steps <= 6, policy  # the drafting steps before the prompt was first compressed
         assert stats.compiles <= 1, policy
+        if "rechoose" in policy:
+            assert any(event["reason"] == "in-round" for event in stats.rescorings)
         compiles += stats.compiles
     # The working sets share a shape: one graph on sdpa (swa), one on the rift backend without recording the queries
     # (snapkv, rift-stat ...), one recording them (the store policies).

@@ -3,6 +3,10 @@ in verified tokens since the last selection and the last check."""
 
 from __future__ import annotations
 
+import time
+
+import torch
+
 from ..policies import Signals
 
 
@@ -18,6 +22,7 @@ class Refresh:
         self.signals = Signals(alpha=config.al_alpha, entropy_window=config.check_interval)
         self.events: list[dict] = [] if events is None else events
         self.last_select = self.last_check = 0
+        self.in_round_at: int | None = None  # tokens seen at the last re-choice inside a round (`choose_in_round`)
 
     def restart(self, position: int) -> None:
         self.last_select = self.last_check = position
@@ -44,3 +49,28 @@ def drift(layers) -> float | None:
         if now is not None and layer.drift_reference is not None:
             values.append(1.0 - float(now @ layer.drift_reference))
     return sum(values) / len(values) if values else None
+
+
+def choose_in_round(cache) -> None:
+    """
+    A drafting forward of `cache` (a `RiftCache`) is starting: if `rechoose_after` drafted tokens are in flight since
+    the round's commit, the policy chooses the selection again from the round's queries so far
+    (`Policy.rechoose_layers`) and each layer swaps its selection rows (`RiftStoreLayer.reselect`). Nothing is
+    committed: the rows in flight stay, a rollback still works, and the next commit refreshes as usual. Logged in
+    `events` with reason "in-round".
+    """
+    first = cache.rift_layers[0] if cache.rift_layers else None
+    if first is None or first.selected is None or not first.compressed or cache.refresh.in_round_at == first.seen:
+        return  # not compressed yet, or already done for this forward (the mask may be sized more than once)
+    drafted = first.stored - first.committed
+    if drafted != cache.config.rechoose_after:
+        return
+    cache.refresh.in_round_at = first.seen
+    tick = time.perf_counter()
+    chosen = cache.policy.rechoose_layers(cache.rift_layers, cache, drafted)
+    for layer, selected in zip(cache.rift_layers, chosen, strict=True):
+        if selected is not None:
+            layer.reselect(selected)
+    if first.device is not None and torch.device(first.device).type == "cuda":
+        torch.cuda.synchronize(first.device)
+    cache.refresh.record(first.seen, time.perf_counter() - tick, "in-round", None)

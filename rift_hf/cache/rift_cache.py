@@ -17,7 +17,7 @@ from ..config import RiftConfig
 from ..policies.selection_head import SelectionHead
 from ..storage import Quantizer, check_group_sizes
 from .layer import RiftLayer
-from .refresh import Refresh
+from .refresh import Refresh, choose_in_round
 from .retrieval_layer import RiftRetrievalLayer
 from .select_layer import RiftSelectLayer
 from .state_layer import RiftStateLayer
@@ -156,6 +156,8 @@ class RiftCache(Cache):
         if not self.record_past or self._verified_forward_done:
             self._verified_forward_done = False
             self._commit()
+        elif self.config.rechoose_after:
+            choose_in_round(self)
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         layer = self.layers[layer_idx]

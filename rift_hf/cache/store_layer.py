@@ -86,6 +86,33 @@ class RiftStoreLayer(RiftLayer):
         if cache.schedule.logs_drift:
             self.drift_reference = self.drift_summary()
 
+    def reselect(self, selected: torch.Tensor) -> bool:
+        """
+        Swap the working set's selection rows for those at `selected` (`[H_kv, S]` positions below the recent window,
+        as many as now), read from the store; sinks, the ring and the rows in flight stay where they are, so a
+        drafting round goes on (and can still be rolled back) with the new selection. False, changing nothing, when
+        the working set has no selection part of that size (a short prompt's window widened over unused slots).
+        """
+        if (
+            not self.compressed
+            or self.selected is None
+            or self.selected.shape != selected.shape
+            or self.recent_window() != self.cache.recent  # else the window may reach into the selection (layout.py)
+        ):
+            return False
+        keys = values = None
+        if self.indexed:
+            pass  # attended in place: positions are the rows
+        elif isinstance(self.store, QuantizedRows):
+            keys, values = self.store.gather(selected)  # only the kept rows are dequantised
+        else:
+            index = selected.to(self.store.device)[None, :, :, None].expand(1, -1, -1, self.store.shape[-1])
+            keys = torch.gather(self.store.used_keys, 2, index)
+            values = torch.gather(self.store.used_values, 2, index)
+        self.working.replace_selection(keys, values, selected.to(self.working.device))
+        self.selected = selected
+        return True
+
     def kv_bytes(self) -> tuple[int, int]:
         working, store = super().kv_bytes()
         if self.indexed and self.working is not None:  # in place, the rows attended are the store's

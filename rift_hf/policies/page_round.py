@@ -10,6 +10,12 @@ pages and the recent window, as rift-dyn's rescoring does, and the drafted token
 set like a rift-stat step. The layer keeps the page summaries beside the store (`Policy.summarises_pages`), adding
 those of the pages completed since the last round, so what a round costs beyond rift-stat is one scoring over the
 summaries (1/8 of the keys) and one gather of the budget.
+
+With `rechoose_after = k > 0` the pages are chosen once more inside the round, before the drafter feeds its `k + 1`-th
+drafted token, from the newest `score_queries` verified queries and the `k` drafted ones (a ceiling that scores each
+round with its own future queries keeps all of the full cache's AL on generation, docs/results/held-out.md): only the
+selection's rows of the working set are swapped (`RiftStoreLayer.reselect`), over the pages summarised at the
+commit, so the drafted rows stay in flight and can still be rolled back.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ class PageRound(WholePages, Policy):
     (scored as page-retrieval scores them)."""
 
     name = "page-round"
-    params = frozenset({"window", "block_size", "pages_ahead", "score_queries"})
+    params = frozenset({"window", "block_size", "pages_ahead", "score_queries", "rechoose_after"})
     keeps_store = True
     summarises_pages = True
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
@@ -58,13 +64,20 @@ class PageRound(WholePages, Policy):
             )
 
     def select_pages(
-        self, query: torch.Tensor, summaries: torch.Tensor, scale: float, lo: int, hi: int, count: int
+        self,
+        query: torch.Tensor,
+        summaries: torch.Tensor,
+        scale: float,
+        lo: int,
+        hi: int,
+        count: int,
+        newest: int | None = None,
     ) -> torch.Tensor:
         """
         The top whole pages inside `[lo, hi)` per KV head, `[H_kv, pages * block_size]` positions, ascending.
 
         Args:
-            query: `[B, H_q, W, D]` the recent verified queries; only the newest `score_queries` count.
+            query: `[B, H_q, W, D]` the recent queries; only the newest `newest` count (`score_queries` unless given).
             summaries: `[B, H_kv, n, D]` the summary of every whole committed page (`summarise`); page `j` covers
                 positions `n_sink + j * block_size` on. A page's score is its share of a query's attention over all
                 of them (a softmax over pages per query head), averaged over the heads of a KV head and over the
@@ -77,8 +90,8 @@ class PageRound(WholePages, Policy):
         n_pick = min(count // page, last - first)
         if n_pick <= 0:
             return torch.empty(heads, 0, dtype=torch.long, device=summaries.device)
-        newest = query[:, :, -self.config.score_queries :]
-        shares = torch.softmax(self.page_scores(newest, summaries, scale), dim=-1).mean(2)[0].mean(1)
+        query = query[:, :, -(newest or self.config.score_queries) :]
+        shares = torch.softmax(self.page_scores(query, summaries, scale), dim=-1).mean(2)[0].mean(1)
         pages = shares[:, first:last]  # [H_kv, candidates]
         if self.config.pages_ahead:
             chosen = rank_pages_ahead(pages, self.config.pages_ahead)[:, :n_pick]
@@ -92,11 +105,38 @@ class PageRound(WholePages, Policy):
         """
         A refresh of every compressed layer in one `select_pages` call: `select_pages` chooses for every KV head on its
         own, so the layers' heads are stacked as heads of one layer and scoring and ranking run once per refresh
-        instead of once per layer. None (each layer then selects for itself) unless the layers are alike: compressed,
-        with recent queries, the same query heads, store shape, length, window, scale and device.
+        instead of once per layer. None (each layer then selects for itself) unless the layers are alike (`_alike`).
         """
+        if not self._alike(layers):
+            return None
+        for layer in layers:
+            layer.summarise_pages()
+        return self._choose(layers, cache, self.config.score_queries, layers[0].seen)
+
+    def rechoose_layers(self, layers: list, cache, drafted: int) -> tuple[torch.Tensor | None, ...]:
+        """
+        The selection of every compressed layer chosen again inside a round (`rechoose_after`), `drafted` tokens
+        after its commit: scored with the newest `score_queries` verified queries and the `drafted` ones since, over
+        the pages summarised at that commit and below the same recent window (drafted rows may still be rolled back,
+        so they are never candidates). One stacked call when the layers are alike, else one per layer (None for a
+        layer that has not made its first page selection).
+        """
+        committed = layers[0].seen - drafted
+        newest = self.config.score_queries + drafted
+        if self._alike(layers) and all(layer.pages is not None for layer in layers):
+            return self._choose(layers, cache, newest, committed)
+        return tuple(
+            self._choose([layer], cache, newest, layer.seen - drafted)[0]
+            if self._alike([layer]) and layer.pages is not None
+            else None
+            for layer in layers
+        )
+
+    @staticmethod
+    def _alike(layers: list) -> bool:
+        """Compressed, with recent queries, the same query heads, store shape, length, window, scale and device."""
         first = layers[0]
-        if not all(
+        return all(
             layer.compressed
             and layer.store is not None
             and layer.queries is not None
@@ -108,15 +148,17 @@ class PageRound(WholePages, Policy):
             and layer.device == first.device
             and layer.recent_window() == first.recent_window()
             for layer in layers
-        ):
-            return None
-        for layer in layers:
-            layer.summarise_pages()
-        newest = min(self.config.score_queries, *(layer.queries.shape[2] for layer in layers))
+        )
+
+    def _choose(self, layers: list, cache, newest: int, seen: int) -> tuple[torch.Tensor, ...]:
+        """`select_pages` over the stacked heads of `layers` (alike), with their newest `newest` queries, below the
+        recent window of a layer that has seen `seen` tokens."""
+        first = layers[0]
+        newest = min(newest, *(layer.queries.shape[2] for layer in layers))
         query = torch.cat(
             [cache.scoring_query(layer.layer_idx, layer.queries)[:, :, -newest:] for layer in layers], dim=1
         )
         pages = torch.cat([layer.pages.used_keys for layer in layers], dim=1)
-        hi = first.seen - first.recent_window()
-        selected = self.select_pages(query, pages, first.scale, self.config.n_sink, hi, cache.n_select)
+        hi = seen - first.recent_window()
+        selected = self.select_pages(query, pages, first.scale, self.config.n_sink, hi, cache.n_select, newest)
         return selected.split([layer.pages.shape[1] for layer in layers])

@@ -60,6 +60,7 @@ CHECKS: dict[str, Callable[[str, object], None]] = {
     "block_size": positive_int,
     "pages_ahead": count,
     "score_queries": positive_int,
+    "rechoose_after": count,
     "delta": positive_int,
     "check_interval": positive_int,
     "a_min": positive_int,
