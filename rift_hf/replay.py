@@ -10,8 +10,9 @@ had at the round's start. Per round replay runs
    the end of its last verified forward), then the drafter's first forward over the not-yet-cached verified tokens,
    exactly as `assistant_model.generate` feeds them (so the states of stateful layers are snapshotted where the real
    loop snapshots them);
-2. one forward over the `gamma' - 1` next tokens of `Y` (the real loop feeds its drafts one at a time), all under
-   the target's logits processors (e.g. EOS suppressed until `min_new_tokens`);
+2. one forward over the `gamma' - 1` next tokens of `Y` (the real loop feeds its drafts one at a time; two forwards,
+   split after `rechoose_after` tokens, where the cache chooses again inside the round), all under the target's
+   logits processors (e.g. EOS suppressed until `min_new_tokens`);
 3. accepted = the length of the prefix where the drafter's argmax equals `Y`, capped as the real loop caps it
    (length, EOS); the round then ends with the target's own token.
 
@@ -348,7 +349,13 @@ def replay(
                     chunk = sequence[:, cur : cur + drafted - 1]
                     if chunk.shape[1] < drafted - 1:
                         chunk = torch.cat([chunk, chunk[:, -1:].expand(1, drafted - 1 - chunk.shape[1])], dim=-1)
-                    logits = torch.cat([logits, _forward(draft, chunk, cur, cache, 0, mask)], dim=0)
+                    # Split where the cache chooses again inside the round (`rechoose_after`): before the drafter
+                    # feeds its (k + 1)-th draft, as the real loop does one token at a time.
+                    k = config.rechoose_after if 0 < config.rechoose_after < chunk.shape[1] else chunk.shape[1]
+                    parts = [_forward(draft, chunk[:, :k], cur, cache, 0, mask)]
+                    if k < chunk.shape[1]:
+                        parts.append(_forward(draft, chunk[:, k:], cur + k, cache, 0, mask))
+                    logits = torch.cat([logits, *parts], dim=0)
                 cache.settle()  # as RiftCandidateGenerator does after drafting
                 scores = logits.float()
                 for i in range(drafted):

@@ -71,7 +71,11 @@ QUANTISED = [
 ]
 
 
-@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED)
+# page-round choosing again inside a round: replay splits its teacher-forced forward there.
+IN_ROUND = [(arch, "page-round", {"rechoose_after": 2, "block_size": 2}) for arch in ("llama", "gemma3", "qwen3_5")]
+
+
+@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND)
 def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     if fields:
         pytest.importorskip("optimum.quanto")
@@ -85,6 +89,8 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real
     assert any(a < d for d, a in real) and any(a > 0 for _, a in real), "the case needs rejections and acceptances"
     assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
+    assert [e["reason"] for e in stats.rescorings] == [e["reason"] for e in real_stats.rescorings]
+    assert ("in-round" in [e["reason"] for e in stats.rescorings]) == bool(fields.get("rechoose_after"))
     assert stats.acceptance_length == real_stats.acceptance_length
     assert stats.budget == real_stats.budget
     assert stats.peak_kv_bytes == real_stats.peak_kv_bytes

@@ -23,6 +23,7 @@ class Refresh:
         self.events: list[dict] = [] if events is None else events
         self.last_select = self.last_check = 0
         self.in_round_at: int | None = None  # tokens seen at the last re-choice inside a round (`choose_in_round`)
+        self.before_in_round: list | None = None  # each layer's selection before it (`undo_in_round`)
 
     def restart(self, position: int) -> None:
         self.last_select = self.last_check = position
@@ -66,6 +67,7 @@ def choose_in_round(cache) -> None:
     if drafted != cache.config.rechoose_after:
         return
     cache.refresh.in_round_at = first.seen
+    cache.refresh.before_in_round = [layer.selected for layer in cache.rift_layers]
     tick = time.perf_counter()
     chosen = cache.policy.rechoose_layers(cache.rift_layers, cache, drafted)
     for layer, selected in zip(cache.rift_layers, chosen, strict=True):
@@ -74,3 +76,20 @@ def choose_in_round(cache) -> None:
     if first.device is not None and torch.device(first.device).type == "cuda":
         torch.cuda.synchronize(first.device)
     cache.refresh.record(first.seen, time.perf_counter() - tick, "in-round", None)
+
+
+def undo_in_round(cache) -> None:
+    """
+    At a rollback of `cache`: if it removed a drafted token whose query scored this round's re-choice, put the
+    selection chosen at the round's commit back (its rows read from the store again). The re-fed verified tokens then
+    meet the working set they would have met without the re-choice, which never depends on a rejected draft (so exact
+    replay, which feeds the target's tokens where drafts were rejected, reproduces it); when every scoring draft was
+    accepted the re-choice stays until the next refresh.
+    """
+    before, cache.refresh.before_in_round = cache.refresh.before_in_round, None
+    first = cache.rift_layers[0] if cache.rift_layers else None
+    if before is None or first is None or first.seen >= cache.refresh.in_round_at:
+        return
+    for layer, selected in zip(cache.rift_layers, before, strict=True):
+        if selected is not None and layer.selected is not selected:
+            layer.reselect(selected)

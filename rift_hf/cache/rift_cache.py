@@ -17,7 +17,7 @@ from ..config import RiftConfig
 from ..policies.selection_head import SelectionHead
 from ..storage import Quantizer, check_group_sizes
 from .layer import RiftLayer
-from .refresh import Refresh, choose_in_round
+from .refresh import Refresh, choose_in_round, undo_in_round
 from .retrieval_layer import RiftRetrievalLayer
 from .select_layer import RiftSelectLayer
 from .state_layer import RiftStateLayer
@@ -228,6 +228,7 @@ class RiftCache(Cache):
                     layer.restore(target)
             tokens_to_remove = -(seen - max(target, self._snapshot_length))
         super().crop(tokens_to_remove)
+        undo_in_round(self)
         self._commit(rollback=True)
         if self.record_past:
             self._await_verified_forward()
