@@ -110,6 +110,12 @@ class Rows:
         """Keys of rows `[start, stop)` (a view)."""
         return self.keys[:, :, start:stop]
 
+    def gather(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values `[B, H, n, D]` of row numbers `index` (`[H, n]`, < `length`), as `QuantizedRows.gather`."""
+        batch, _, dim = self.shape
+        index = index.to(self.device)[None, :, :, None].expand(batch, -1, -1, dim)
+        return torch.gather(self.used_keys, 2, index), torch.gather(self.used_values, 2, index)
+
     @property
     def used_values(self) -> torch.Tensor | None:
         return None if self.values is None else self.values[:, :, : self.length]

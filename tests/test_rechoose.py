@@ -40,7 +40,7 @@ def rows_log(monkeypatch):
         layer = self.layers[layer_idx]
         if isinstance(layer, RiftStoreLayer) and layer.compressed and not layer.indexed:
             positions = layer.working.used_positions
-            keys, values = layer.store.gather(positions) if hasattr(layer.store, "gather") else _rows(layer, positions)
+            keys, values = layer.store.gather(positions)
             log.append(
                 torch.equal(layer.working.used_keys, keys.to(layer.working.used_keys))
                 and torch.equal(layer.working.used_values, values.to(layer.working.used_values))
@@ -49,11 +49,6 @@ def rows_log(monkeypatch):
 
     monkeypatch.setattr(RiftCache, "update", update)
     return log
-
-
-def _rows(layer, positions):
-    index = positions[None, :, :, None].expand(1, -1, -1, layer.store.shape[-1])
-    return torch.gather(layer.store.used_keys, 2, index), torch.gather(layer.store.used_values, 2, index)
 
 
 @pytest.mark.parametrize("store_dtype", [None, "int4"])

@@ -100,15 +100,8 @@ class RiftStoreLayer(RiftLayer):
             or self.recent_window() != self.cache.recent  # else the window may reach into the selection (layout.py)
         ):
             return False
-        keys = values = None
-        if self.indexed:
-            pass  # attended in place: positions are the rows
-        elif isinstance(self.store, QuantizedRows):
-            keys, values = self.store.gather(selected)  # only the kept rows are dequantised
-        else:
-            index = selected.to(self.store.device)[None, :, :, None].expand(1, -1, -1, self.store.shape[-1])
-            keys = torch.gather(self.store.used_keys, 2, index)
-            values = torch.gather(self.store.used_values, 2, index)
+        # Attended in place, positions are the rows; a quantised store dequantises only the rows kept.
+        keys, values = (None, None) if self.indexed else self.store.gather(selected)
         self.working.replace_selection(keys, values, selected.to(self.working.device))
         self.selected = selected
         return True
