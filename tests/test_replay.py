@@ -247,6 +247,15 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     main([a if a != "snapkv,rift-dyn" else "snapkv" for a in argv])
     fewer = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
     assert fewer["summary"] == result["summary"] and len(fewer["runs"]) == 6
+    # Every row names what its label meant; a row written with other settings is refused, not resumed as this one.
+    held = [json.loads(line) for line in rows]
+    assert all(r["settings"]["policy"] == r["policy"] for r in held)
+    assert {r["settings"]["window"] for r in held if r["policy"] != "full"} == {8}
+    held[1]["settings"]["window"] = 16
+    (tmp_path / "out" / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
+    with pytest.raises(ValueError, match=r"window=16.*window=8.*Name the setting in the label"):
+        main(argv)
+    (tmp_path / "out" / "4x" / "rows.jsonl").write_text("".join(line + "\n" for line in rows))
     # Two prompts per task asked, one cached per task: --cached-only replays those and leaves the others out.
     wider = [a if a != "1" else "2" for a in argv] + ["--cached-only"]
     main(wider)
@@ -414,3 +423,15 @@ def test_replay_cli_with_a_budget_in_tokens(tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(["replay", "--budget-tokens", "0" if not extra else "64", *extra])
         assert message in capsys.readouterr().err
+
+
+def test_rows_without_settings_resume_as_written_before_they_named_them():
+    from rift_hf.experiments.records import check_resumable, row_settings
+
+    old = {"prompt": "continue:a", "policy": "page-round"}  # written before rows named their settings
+    check_resumable(old, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 0}, 4096), "rows")
+    check_resumable({**old, "policy": "snapkv"}, row_settings({"policy": "snapkv", "budget": 0.25}, 4096), "rows")
+    with pytest.raises(ValueError, match="rechoose_after=0.*rechoose_after=2.*page-round@rechoose_after=2"):
+        check_resumable(old, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 2}, 4096), "rows")
+    # `auto` is recorded as the policy it resolves to for the prompt's length.
+    assert row_settings({"policy": "auto", "budget": 0.25}, 4096)["policy"] == "page-round"

@@ -12,7 +12,17 @@ from tqdm.auto import tqdm
 
 import rift_hf
 
-from .records import TRANSFORMERS, Experiment, RunLog, machine, stats_row, summarise, update_summary
+from .records import (
+    TRANSFORMERS,
+    Experiment,
+    RunLog,
+    check_resumable,
+    machine,
+    row_settings,
+    stats_row,
+    summarise,
+    update_summary,
+)
 from .tables import markdown_table
 
 LINEARS = ("torch", "weight-major")  # how small-batch linear layers are computed (`compare --linear`)
@@ -107,6 +117,9 @@ def compare(
             for policy in policies:
                 bar.set_postfix_str(f"{prompt.name} {policy}")
                 logged = log.get(prompt, policy)
+                if logged is not None and policy != TRANSFORMERS:
+                    config = experiment.config(policy, compression)
+                    check_resumable(logged, row_settings(config, prompt.tokens), str(log.path))
                 if logged is not None:
                     out = log.output(prompt, logged)
                     run = {k: v for k, v in logged.items() if k not in ("new_ids", "prompt_sha")}
@@ -143,7 +156,7 @@ def compare(
                 output_tokens = out.shape[1] - prompt.tokens
                 runs.append(
                     {
-                        **stats_row(prompt, policy, stats, output_tokens),
+                        **stats_row(prompt, policy, stats, output_tokens, config),
                         # Decode rounds only: the first round also holds the drafter's prefill.
                         "draft_ms_per_token": stats.decode_ms_per_draft_token,
                         "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,

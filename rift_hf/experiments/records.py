@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import policy_settings
-from ..policies import label_fields
+from ..config import RiftConfig, policy_settings
+from ..policies import label_fields, policy_class
 
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
@@ -24,6 +24,9 @@ RESULTS = Path("benchmarks/results")
 TARGETS = RESULTS / "targets"
 SUMMARY = RESULTS / "summary.json"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
+# What every row written before rows named their settings (2026-12-05) ran with, where a default changed since: such a
+# row is compared on these, so it is never resumed under a label that now means something else.
+SETTINGS_BEFORE = {"rechoose_after": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,13 +91,14 @@ class Experiment:
         }
 
 
-def stats_row(prompt, policy: str, stats, output_tokens: int) -> dict:
-    """One prompt's record of a policy, from the run's `RiftStats`, as both runners write it (`compare` adds its
-    timings and lossless checks, replay its own seconds)."""
+def stats_row(prompt, policy: str, stats, output_tokens: int, config: dict | RiftConfig) -> dict:
+    """One prompt's record of a policy run with `config`, from the run's `RiftStats`, as both runners write it
+    (`compare` adds its timings and lossless checks, replay its own seconds)."""
     return {
         "prompt": prompt.name,
         "task": prompt.task,
         "policy": policy,
+        "settings": row_settings(config, prompt.tokens),
         "input_tokens": prompt.tokens,
         "output_tokens": output_tokens,
         "budget": stats.budget,
@@ -107,6 +111,31 @@ def stats_row(prompt, policy: str, stats, output_tokens: int) -> dict:
         "peak_kv_bytes": stats.peak_kv_bytes,
         "peak_store_bytes": stats.peak_store_bytes,
     }
+
+
+def row_settings(config: dict | RiftConfig, prompt_tokens: int) -> dict:
+    """
+    What a row records of the policy that ran a prompt of `prompt_tokens` tokens: its name (`auto` resolved) and every
+    field it reads, defaults included, so a row says what it measured after a default has changed.
+    """
+    fitted = RiftConfig.coerce(config).fitted(prompt_tokens)
+    fields = sorted(policy_class(fitted.policy).params)
+    return {"policy": fitted.policy, **{name: getattr(fitted, name) for name in fields}}
+
+
+def check_resumable(row: dict, settings: dict, where: str) -> None:
+    """Raise if a row read back to resume a run was written with other settings than its label has now."""
+    held = row.get("settings", SETTINGS_BEFORE)
+    differ = sorted(k for k in held.keys() & settings.keys() if held[k] != settings[k])
+    if differ:
+        then = ", ".join(f"{k}={held[k]!r}" for k in differ)
+        now = ", ".join(f"{k}={settings[k]!r}" for k in differ)
+        label = row["policy"] + ("," if "@" in row["policy"] else "@")
+        raise ValueError(
+            f"{where} holds {row['policy']!r} on {row['prompt']} written with {then}, and the label now means {now} (a "
+            f"default changed). Name the setting in the label (`{label}{differ[0]}={settings[differ[0]]}` measures the "
+            "new one beside the old rows), or pass another --out."
+        )
 
 
 def machine() -> str:

@@ -22,7 +22,7 @@ from ..replay import (
     target_output,
     target_output_path,
 )
-from .records import TARGETS, Experiment, machine, stats_row, summarise, update_summary
+from .records import TARGETS, Experiment, check_resumable, machine, row_settings, stats_row, summarise, update_summary
 from .tables import markdown_table
 
 
@@ -126,6 +126,11 @@ def replay_compare(
                 done[size][row["prompt"], row["policy"]] = row
     # Regimes interleaved (the first prompt of each task, then the second ...), so a partial run covers them all.
     rank = {p.name: sum(q.task == p.task for q in prompts[:i]) for i, p in enumerate(prompts)}
+    for prompt in prompts:
+        for (size, policy), config in configs.items():
+            if (prompt.name, policy) in done[size]:
+                where = str(Path(out_dir) / folder(size) / "rows.jsonl")
+                check_resumable(done[size][prompt.name, policy], row_settings(config, prompt.tokens), where)
     todo = [
         (prompt, record, compression, policy)
         for prompt, record in sorted(zip(prompts, records, strict=True), key=lambda pair: rank[pair[0].name])
@@ -150,7 +155,7 @@ def replay_compare(
             tick = time.perf_counter()
             stats = replay(draft, record, configs[compression, policy], prefill=prefill)
             row = {
-                **stats_row(prompt, policy, stats, record.output_ids.shape[1]),
+                **stats_row(prompt, policy, stats, record.output_ids.shape[1], configs[compression, policy]),
                 "replay_seconds": time.perf_counter() - tick,
             }
         rows_path = Path(out_dir) / folder(compression) / "rows.jsonl"
