@@ -84,9 +84,10 @@ class RiftConfig:
             `page-round`, 0 otherwise).
         score_queries (`int`, defaults to 1): for `page-round`, how many of the newest verified queries score the
             pages at a refresh (each page's attention share averaged over them; at most `window`).
-        rechoose_after (`int`, defaults to 0): for `page-round`, choose the pages once more inside a drafting round,
+        rechoose_after (`int`, *optional*): for `page-round`, choose the pages once more inside a drafting round,
             after this many drafted tokens, scored with the round's queries so far (the newest `score_queries`
-            verified ones and the drafted ones); only the selection's rows are swapped (0: once per round only).
+            verified ones and the drafted ones); only the selection's rows are swapped (0: once per round only);
+            defaults to the policy's own (2 for `page-round`, 0 otherwise).
         tokens_ahead (`int`, defaults to 0): for policies that select tokens by score (snapkv, rift-stat,
             rift-stat-block, rift-dyn, rift-ada, page-ahead), each position's score is raised to the highest among
             it and the `tokens_ahead` positions before it, so a chosen token brings the ones after it (copying reads
@@ -154,7 +155,7 @@ class RiftConfig:
     block_size: int | None = None
     pages_ahead: int | None = None
     score_queries: int = 1
-    rechoose_after: int = 0
+    rechoose_after: int | None = None
     tokens_ahead: int = 0
     delta: int = 128
     store_device: str | None = None
@@ -193,6 +194,8 @@ class RiftConfig:
             self.block_size = policy_class(self.policy).block_size
         if self.pages_ahead is None:
             self.pages_ahead = policy_class(self.policy).pages_ahead
+        if self.rechoose_after is None:
+            self.rechoose_after = policy_class(self.policy).rechoose_after
         self._check_policy_fields()  # a field the policy does not read, set, is refused before anything else
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
@@ -381,9 +384,8 @@ class RiftConfig:
         it), so the defaults work on any prompt. An int budget is checked at construction and never changed.
         """
         if self.policy == "auto":  # the policy for this prompt's length, with its own defaults
-            return dataclasses.replace(self, block_size=None, pages_ahead=None, **Auto.choice(prompt_length)).fitted(
-                prompt_length
-            )
+            unset = {"block_size": None, "pages_ahead": None, "rechoose_after": None}  # the chosen policy's own
+            return dataclasses.replace(self, **unset, **Auto.choice(prompt_length)).fitted(prompt_length)
         if not policy_class(self.policy).compresses or isinstance(self.budget, int):
             return self
         budget = self._budget_tokens(prompt_length)

@@ -351,7 +351,8 @@ def replay(
                         chunk = torch.cat([chunk, chunk[:, -1:].expand(1, drafted - 1 - chunk.shape[1])], dim=-1)
                     # Split where the cache chooses again inside the round (`rechoose_after`): before the drafter
                     # feeds its (k + 1)-th draft, as the real loop does one token at a time.
-                    k = config.rechoose_after if 0 < config.rechoose_after < chunk.shape[1] else chunk.shape[1]
+                    after = cache.config.rechoose_after  # the fitted config's (`auto` has chosen its policy)
+                    k = after if 0 < after < chunk.shape[1] else chunk.shape[1]
                     parts = [_forward(draft, chunk[:, :k], cur, cache, 0, mask)]
                     if k < chunk.shape[1]:
                         parts.append(_forward(draft, chunk[:, k:], cur + k, cache, 0, mask))

@@ -113,7 +113,7 @@ def test_in_round_choice_is_the_policys_choice_from_the_drafted_queries(pairs, m
     assert seen and any(seen), "no re-choice, or every re-choice kept the commit's pages"
 
 
-def test_no_in_round_choice_by_default_or_outside_assisted_generation(pairs):
+def test_no_in_round_choice_when_off_or_outside_assisted_generation(pairs):
     target, draft = pairs["llama"]
     ids = make_prompt(PROMPT, seed=3)
     target.generate(
@@ -132,6 +132,12 @@ def test_no_in_round_choice_by_default_or_outside_assisted_generation(pairs):
 
 def test_rechoose_after_is_page_rounds_and_a_count():
     assert RiftConfig(policy="page-round", rechoose_after=4).rechoose_after == 4
+    # page-round's own default, also when `auto` resolves to it; every other policy reads 0 (never).
+    assert RiftConfig(policy="page-round").rechoose_after == 2 and RiftConfig(policy="rift-dyn").rechoose_after == 0
+    assert RiftConfig(policy="auto", budget=0.25).fitted(4096).rechoose_after == 2
+    assert RiftConfig(policy="auto", budget=0.25).fitted(32768).rechoose_after == 0
+    with pytest.raises(ValueError, match="rechoose_after"):
+        RiftConfig(policy="auto", rechoose_after=4)
     with pytest.raises(ValueError, match="does not read `rechoose_after`"):
         RiftConfig(policy="rift-dyn", rechoose_after=4)
     with pytest.raises(ValueError, match="rechoose_after"):

@@ -7,7 +7,7 @@ import torch
 
 import rift_hf
 from rift_hf import POLICIES
-from rift_hf.config import policy_settings
+from rift_hf.config import RiftConfig, policy_settings
 from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
 from tiny import ARCHITECTURES, draft_target_pair, make_prompt, squeeze
 
@@ -73,6 +73,7 @@ QUANTISED = [
 
 # page-round choosing again inside a round: replay splits its teacher-forced forward there.
 IN_ROUND = [(arch, "page-round", {"rechoose_after": 2, "block_size": 2}) for arch in ("llama", "gemma3", "qwen3_5")]
+IN_ROUND += [("llama", "page-round", {"rechoose_after": 0})]  # off: one choice per round
 
 
 @pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND)
@@ -90,7 +91,9 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     assert any(a < d for d, a in real) and any(a > 0 for _, a in real), "the case needs rejections and acceptances"
     assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
     assert [e["reason"] for e in stats.rescorings] == [e["reason"] for e in real_stats.rescorings]
-    assert ("in-round" in [e["reason"] for e in stats.rescorings]) == bool(fields.get("rechoose_after"))
+    # page-round's default 2 (also as `auto`'s choice for the prompt), or as `fields` set it
+    chooses_in_round = bool(RiftConfig(**config).fitted(ids.shape[1]).rechoose_after)
+    assert ("in-round" in [e["reason"] for e in stats.rescorings]) == chooses_in_round
     assert stats.acceptance_length == real_stats.acceptance_length
     assert stats.budget == real_stats.budget
     assert stats.peak_kv_bytes == real_stats.peak_kv_bytes
@@ -433,5 +436,7 @@ def test_rows_without_settings_resume_as_written_before_they_named_them():
     check_resumable({**old, "policy": "snapkv"}, row_settings({"policy": "snapkv", "budget": 0.25}, 4096), "rows")
     with pytest.raises(ValueError, match="rechoose_after=0.*rechoose_after=2.*page-round@rechoose_after=2"):
         check_resumable(old, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 2}, 4096), "rows")
+    named = {"prompt": "continue:a", "policy": "page-round@rechoose_after=2"}  # the label set it: no assumption
+    check_resumable(named, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 2}, 4096), "rows")
     # `auto` is recorded as the policy it resolves to for the prompt's length.
     assert row_settings({"policy": "auto", "budget": 0.25}, 4096)["policy"] == "page-round"

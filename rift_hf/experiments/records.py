@@ -125,7 +125,8 @@ def row_settings(config: dict | RiftConfig, prompt_tokens: int) -> dict:
 
 def check_resumable(row: dict, settings: dict, where: str) -> None:
     """Raise if a row read back to resume a run was written with other settings than its label has now."""
-    held = row.get("settings", SETTINGS_BEFORE)
+    named = label_fields(row["policy"])  # a field the label names was set, whatever the default was then
+    held = row.get("settings", {k: v for k, v in SETTINGS_BEFORE.items() if k not in named})
     differ = sorted(k for k in held.keys() & settings.keys() if held[k] != settings[k])
     if differ:
         then = ", ".join(f"{k}={held[k]!r}" for k in differ)

@@ -82,6 +82,8 @@ class Policy:
         rho: default share of the budget given to the recent window.
         block_size: default block (page) length, for policies that select whole blocks.
         pages_ahead: default number of pages a chosen page brings with it (the next ones), for page policies.
+        rechoose_after: default number of drafted tokens after which the selection is chosen again inside a round
+            (0: never), for policies that read the field (page-round).
         retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
             `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
         summarises_pages: the layer keeps a summary of every committed page (`summarise`), and a refresh selects from
@@ -104,6 +106,7 @@ class Policy:
     rho: ClassVar[float] = 0.5
     block_size: ClassVar[int] = 16
     pages_ahead: ClassVar[int] = 0
+    rechoose_after: ClassVar[int] = 0
     retrieves: ClassVar[bool] = False
     summarises_pages: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True

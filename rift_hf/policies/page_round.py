@@ -11,11 +11,11 @@ set like a rift-stat step. The layer keeps the page summaries beside the store (
 those of the pages completed since the last round, so what a round costs beyond rift-stat is one scoring over the
 summaries (1/8 of the keys) and one gather of the budget.
 
-With `rechoose_after = k > 0` the pages are chosen once more inside the round, before the drafter feeds its `k + 1`-th
-drafted token, from the newest `score_queries` verified queries and the `k` drafted ones (a ceiling that scores each
-round with its own future queries keeps all of the full cache's AL on generation, docs/results/held-out.md): only the
-selection's rows of the working set are swapped (`RiftStoreLayer.reselect`), over the pages summarised at the
-commit, so the drafted rows stay in flight and can still be rolled back.
+With `rechoose_after = k > 0` (2 by default) the pages are chosen once more inside the round, before the drafter
+feeds its `k + 1`-th drafted token, from the newest `score_queries` verified queries and the `k` drafted ones (a
+ceiling that scores each round with its own future queries keeps all of the full cache's AL on generation,
+docs/results/held-out.md): only the selection's rows of the working set are swapped (`RiftStoreLayer.reselect`), over
+the pages summarised at the commit, so the drafted rows stay in flight and can still be rolled back.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ class PageRound(WholePages, Policy):
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL
     # with 2, 0.92 / 0.97 and 0.78 / 0.91 with 0 (docs/results/e1-scale.md).
     pages_ahead = 2
+    # Choosing once more after 2 drafted tokens: on the broad set's tune half (16 generate prompts, ~4K) retention
+    # 0.939 -> 0.968 at 8x and 0.996 -> 1.001 at 4x; on the 16 stdlib ~4K prompts no cell lower (4x continue 0.96 ->
+    # 0.98); a drafted token costs about the same (docs/results/held-out.md, "choosing once more inside a round").
+    rechoose_after = 2
     rho = 0.125
     block_size = 8
     refresh_at_rollback = False  # once per round: after the verified tokens are re-fed, with the newest query
