@@ -254,6 +254,7 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     held = [json.loads(line) for line in rows]
     assert all(r["settings"]["policy"] == r["policy"] for r in held)
     assert {r["settings"]["window"] for r in held if r["policy"] != "full"} == {8}
+    assert {r["settings"]["store_dtype"] for r in held if r["policy"] == "rift-dyn"} == {None}
     held[1]["settings"]["window"] = 16
     (tmp_path / "out" / "4x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held))
     with pytest.raises(ValueError, match=r"window=16.*window=8.*Name the setting in the label"):

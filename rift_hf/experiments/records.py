@@ -115,11 +115,12 @@ def stats_row(prompt, policy: str, stats, output_tokens: int, config: dict | Rif
 
 def row_settings(config: dict | RiftConfig, prompt_tokens: int) -> dict:
     """
-    What a row records of the policy that ran a prompt of `prompt_tokens` tokens: its name (`auto` resolved) and every
-    field it reads, defaults included, so a row says what it measured after a default has changed.
+    What a row records of the policy that ran a prompt of `prompt_tokens` tokens: its name (`auto` resolved), every
+    field it reads and the dtypes it keeps rows in, defaults included, so a row says what it measured after a default
+    has changed.
     """
     fitted = RiftConfig.coerce(config).fitted(prompt_tokens)
-    fields = sorted(policy_class(fitted.policy).params)
+    fields = sorted(policy_class(fitted.policy).params) + ["store_dtype", "kv_dtype"]
     return {"policy": fitted.policy, **{name: getattr(fitted, name) for name in fields}}
 
 
