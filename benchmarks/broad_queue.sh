@@ -8,6 +8,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/broad/qwen-coder/eval-4096in-256tok}
 for k in $(seq "${FROM:-1}" "${TO:-8}"); do
-  .venv/bin/rift-hf replay --preset qwen-coder --policies "${POLICIES:-full,page-round@rechoose_after=2}" --compressions 4,8 --input-tokens 4096 \
-    --new-tokens 256 --per-task "$k" --sources broad-eval --experiment broad-eval --out "$OUT" || exit 1
+  .venv/bin/rift-hf replay --preset qwen-coder --policies "${POLICIES:-full,page-round@rechoose_after=2}" \
+    --compressions 4,8 --input-tokens 4096 --new-tokens 256 --per-task "$k" --sources broad-eval \
+    --experiment broad-eval --out "$OUT" || exit 1
 done

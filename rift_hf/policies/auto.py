@@ -3,13 +3,13 @@
 Below `LONG_PROMPT` tokens it is page-round; from there on rift-dyn with scores carried 128 tokens forward and an int4
 store. Measured by exact replay on our pair (qwen-coder, 16 prompts at 4x, repeat / continue; docs/results/scoring.md
 and docs/results/long-inputs.md; page-round's figures from before it chose again inside a round, `rechoose_after`): at
-~4K page-round keeps 0.99 / 0.96 of the full cache's AL where rift-dyn@tokens_ahead=128 keeps 1.00 / 0.87; at ~16K
-the two tie (page-round 1.006 / 0.989, rift-dyn with an int4
-store 1.016 / 0.972); at ~32K page-round keeps 0.93 / 0.99 and rift-dyn with an int4 store 1.10 / 0.98, with less
-drafter memory (its working set plus store 0.53x the full cache's, page-round 0.60x). What page-round misses at 32K
-is where the drafter reads next, not its page summaries: carrying scores forward holds it. In real runs (8 prompts,
-bf16, this CPU, the cost-aware length) rift-dyn with the int4 store ran 1.82x the target alone at ~16K (page-round
-1.73x) and 1.60x at ~32K (page-round 1.45x): docs/results/long-inputs.md, "The default by prompt length".
+~4K page-round keeps 0.99 / 0.96 of the full cache's AL where rift-dyn@tokens_ahead=128 keeps 1.00 / 0.87; at ~16K the
+two tie (page-round 1.006 / 0.989, rift-dyn with an int4 store 1.016 / 0.972); at ~32K page-round keeps 0.93 / 0.99
+and rift-dyn with an int4 store 1.10 / 0.98, with less drafter memory (its working set plus store 0.53x the full
+cache's, page-round 0.60x). What page-round misses at 32K is where the drafter reads next, not its page summaries:
+carrying scores forward holds it. In real runs (8 prompts, bf16, this CPU, the cost-aware length) rift-dyn with the
+int4 store ran 1.82x the target alone at ~16K (page-round 1.73x) and 1.60x at ~32K (page-round 1.45x):
+docs/results/long-inputs.md, "The default by prompt length".
 
 The choice is a `RiftConfig` with the chosen policy's own fields (`RiftConfig.fitted`); `auto` itself reads only the
 fields both read, so a field one of them alone reads is refused here: name that policy to set it.
