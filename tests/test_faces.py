@@ -310,6 +310,34 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
         main(["table", str(tmp_path / "4x" / "rows.jsonl"), "--common-prompts"])
 
 
+def test_table_by_task_pools_the_families_and_splits_a_regime_into_its_tasks(tmp_path, capsys):
+    from rift_hf.cli import main
+    from rift_hf.experiments.tables import regime_rows, task_cell
+
+    rows = []
+    for name, cell, al in (
+        ("eval:continue:a.py", "python/generate", 4.0),
+        ("eval:summarize:b.h", "cpp/generate", 3.0),
+        ("eval:summarize:c.txt", "prose/generate", 1.0),
+        ("mine", "custom", 2.0),  # a user prompt's name names no task: it keeps its cell
+    ):
+        rows += [
+            {"prompt": name, "task": cell, "policy": "full", "al": 4.0},
+            {"prompt": name, "task": cell, "policy": "p", "al": al},
+        ]
+    (tmp_path / "8x").mkdir()
+    (tmp_path / "8x" / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [task_cell(r) for r in rows[::2]] == ["continue", "summarize", "summarize", "custom"]
+    assert {r["task"] for r in regime_rows(tmp_path)} == {"python/generate", "cpp/generate", "prose/generate", "custom"}
+    got = {r["task"]: r for r in regime_rows(tmp_path, by_task=True)}
+    assert got["summarize"]["prompts"] == 2 and got["summarize"]["retention"] == pytest.approx(0.5)
+    assert got["continue"]["retention"] == pytest.approx(1.0) and got["custom"]["retention"] == pytest.approx(0.5)
+    main(["table", str(tmp_path), "--by-task", "--wide"])
+    assert "| 8x continue | 8x summarize | 8x custom |" in squeeze(capsys.readouterr().out)
+    with pytest.raises(SystemExit):  # one rows file is a table of rows, not of cells
+        main(["table", str(tmp_path / "8x" / "rows.jsonl"), "--by-task"])
+
+
 def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_path):
     from rift_hf.cli import main
     from rift_hf.experiments.tables import regime_rows

@@ -42,6 +42,12 @@ def add_arguments(parser) -> None:
         help="a replay folder: only the prompts with a row for every policy shown, per compression (a run still in "
         "progress compared like with like)",
     )
+    parser.add_argument(
+        "--by-task",
+        action="store_true",
+        help="a replay folder's retention table: one cell per prompt task over every family (summarize apart from "
+        "continue) instead of per family and regime",
+    )
     parser.add_argument("--block", default="compare", help="with --readme: the <!-- NAME:start --> block to fill")
     parser.add_argument(
         "--by-regime",
@@ -100,15 +106,15 @@ def _side_by_side(parser, args, chosen) -> str:
     if args.plot:
         from ..experiments.plots import plot_input_sweep
 
-        rows = [r for folder in args.result for r in regime_rows(folder, chosen, args.common_prompts)]
+        rows = [r for folder in args.result for r in regime_rows(folder, chosen, args.common_prompts, args.by_task)]
         plot_input_sweep(rows, args.result[0].parent / "retention-by-input.png")
-    return regime_wide_table(args.result, chosen, args.common_prompts)
+    return regime_wide_table(args.result, chosen, args.common_prompts, args.by_task)
 
 
 def _folder(parser, args, folder: Path, chosen) -> str:
     """One replay folder: retention per regime (or wide), staleness, or the speed estimate."""
-    if args.common_prompts and args.estimate:
-        parser.error("--common-prompts applies to a replay folder's retention table, not to --estimate or a file")
+    if (args.common_prompts or args.by_task) and (args.estimate or args.staleness):
+        parser.error("--common-prompts and --by-task apply to a replay folder's retention table")
     if args.estimate and args.staleness:
         parser.error("--estimate and --staleness are two different tables; pass one")
     if args.estimate:
@@ -116,7 +122,7 @@ def _folder(parser, args, folder: Path, chosen) -> str:
     elif args.staleness:
         table = staleness_table(folder, chosen)
     else:
-        table = (regime_wide_table if args.wide else regime_table)(folder, chosen, args.common_prompts)
+        table = (regime_wide_table if args.wide else regime_table)(folder, chosen, args.common_prompts, args.by_task)
     if args.plot and args.staleness:
         from ..experiments.plots import plot_staleness
 
@@ -124,14 +130,14 @@ def _folder(parser, args, folder: Path, chosen) -> str:
     elif args.plot:
         from ..experiments.plots import plot_regimes
 
-        plot_regimes(regime_rows(folder, chosen, args.common_prompts), folder / "retention.png")
+        plot_regimes(regime_rows(folder, chosen, args.common_prompts, args.by_task), folder / "retention.png")
     return table
 
 
 def _file(parser, args, path: Path) -> str:
     """A replay run's rows.jsonl, or a compare.json (overall or by regime, and its plot)."""
-    if args.common_prompts:
-        parser.error("--common-prompts applies to a replay folder's retention table, not to --estimate or a file")
+    if args.common_prompts or args.by_task:
+        parser.error("--common-prompts and --by-task apply to a replay folder's retention table, not to a file")
     if path.suffix == ".jsonl":
         return rows_table([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
     result = json.loads(path.read_text())

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from ..prompts import TASKS
 from .records import column_mean, staleness
 
 
@@ -79,17 +80,31 @@ def _replay_rows(run_dir: Path):
         yield size, [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> list[dict]:
+def task_cell(row: dict) -> str:
+    """
+    The cell a replay row falls in by its prompt's own task, pooled over families: a broad prompt
+    (`<split>:<task>:<source>`, reported under `<family>/<regime>`) and a prompt named `<task>:<source>` go to
+    `<task>` (`summarize` apart from `continue`); a name without a known task keeps the row's cell.
+    """
+    return next((field for field in row["prompt"].split(":") if field in TASKS), row["task"])
+
+
+def regime_rows(
+    run_dir: Path, policies: list[str] | None = None, common: bool = False, by_task: bool = False
+) -> list[dict]:
     """
     Per compression (`<run_dir>/<c>x/rows.jsonl`, or a fixed budget: `<N>tok/rows.jsonl`), policy and regime (task)
     of a replay run: the per-prompt retention (AL over the same prompt's `full` AL) over the prompts that have both
     rows, as mean, min, median and max, with the mean input length, AL, peak working-set (KV) bytes and peak store
     bytes. Policies in the order first written (only `policies`, when given), compressions ascending. With `common`,
     only the prompts that have a row for every policy shown at that compression count (a run still in progress,
-    compared like with like).
+    compared like with like). With `by_task`, cells are the prompts' own tasks (`task_cell`: summarise apart from
+    continue) instead of their regimes.
     """
     out = []
     for size, rows in _replay_rows(run_dir):
+        if by_task:
+            rows = [{**r, "task": task_cell(r)} for r in rows]
         if common:
             shown = {r["policy"] for r in rows if policies is None or r["policy"] in policies} | {"full"}
             have = {r["prompt"] for r in rows}
@@ -126,7 +141,7 @@ def regime_rows(run_dir: Path, policies: list[str] | None = None, common: bool =
     return out
 
 
-def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool = False) -> str:
+def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool = False, by_task: bool = False) -> str:
     """Markdown of `regime_rows`: retention per compression, policy and regime, with its per-prompt spread."""
     headers = [
         "compression", "policy", "regime", "prompts", "retention mean", "min / median / max", "AL (full AL)",
@@ -144,19 +159,21 @@ def regime_table(run_dir: Path, policies: list[str] | None = None, common: bool 
             _fmt(r["peak_kv_mib"], ".1f"),
             _fmt(r["peak_store_mib"], ".1f"),
         ]
-        for r in regime_rows(run_dir, policies, common)
+        for r in regime_rows(run_dir, policies, common, by_task)
     ]
     return pipe_table(headers, rows) + "\n"
 
 
-def regime_wide_table(run_dirs: Path | list[Path], policies: list[str] | None = None, common: bool = False) -> str:
+def regime_wide_table(
+    run_dirs: Path | list[Path], policies: list[str] | None = None, common: bool = False, by_task: bool = False
+) -> str:
     """`regime_rows` as one row per policy and one column per compression and regime: mean retention, per-prompt
     range and prompt count. Several replay folders (E3's input lengths) go side by side, each column headed by its
     mean input length."""
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     cells, columns = {}, {}
     for run_dir in dirs:
-        rows = regime_rows(run_dir, policies, common)
+        rows = regime_rows(run_dir, policies, common, by_task)
         inputs = column_mean(rows, "input_tokens")
         where = Path(run_dir).name if inputs is None else f"~{inputs / 1024:.0f}K in"
         for r in rows:
