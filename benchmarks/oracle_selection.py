@@ -155,8 +155,10 @@ def main(argv=None) -> None:
     _, draft, tokenizer = replay_models(args.preset)
     fix_draft_length(draft, gamma=args.gamma)
     spans = {p: SPANS[p](args) for p in policies}
-    # page-round scores with its newest `score_queries` queries: under the oracle, all of the round's.
-    extra = {p: {"score_queries": spans[p]} if p == "page-round" else None for p in policies}
+    # page-round scores with its newest `score_queries` queries: under the oracle, all of the round's; it chooses once
+    # a round (rechoose_after=0, as the ceiling is defined and as page-round ran before 2026-12-05), since a choice
+    # inside the round would read queries past the round's end.
+    extra = {p: {"score_queries": spans[p], "rechoose_after": 0} if p == "page-round" else None for p in policies}
     configs = {
         p: RiftConfig.coerce(policy_config(p, 1 / args.compression, args.window, args.delta, extra[p]))
         for p in policies
