@@ -9,7 +9,9 @@ from rift_hf import POLICIES, RiftCache, RiftConfig
 from rift_hf.config import policy_settings
 from tiny import (
     ARCHITECTURES,
+    SMALL,
     STATEFUL_ARCHITECTURES,
+    after_updates,
     attended_rows,
     draft_target_pair,
     make_prompt,
@@ -20,20 +22,6 @@ from tiny import (
 GAMMA = 4
 PROMPT = 40
 NEW = 40
-SMALL = {
-    # Fixed draft lengths: these tests check the cache while it drafts every round (tiny models draft at a loss, so
-    # the cost-aware length would let the target decode alone; tests/test_draft_length.py covers it).
-    "draft_length": "fixed",
-    "budget": 16,
-    "window": 4,
-    "delta": 4,
-    "n_sink": 1,
-    "block_size": 4,
-    "a_min": 4,
-    "a_max": 12,
-    "check_interval": 2,
-    "drift_threshold": 0.01,
-}
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +33,14 @@ def pairs():
 def invariant_log(monkeypatch):
     """Records, after every update of a compressed layer: (stored, budget, seq_length, tokens written)."""
     log = []
-    original = RiftCache.update
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
-        layer = self.layers[layer_idx]
-        if layer in self.rift_layers:
-            stored = attended_rows(layer)
-            if stored is None:
-                return out
-            log.append((stored, self.budget, layer.get_seq_length(), layer.positions[0, -1].item() + 1))
-        return out
+    def record(cache, layer_idx):
+        layer = cache.layers[layer_idx]
+        stored = attended_rows(layer) if layer in cache.rift_layers else None
+        if stored is not None:
+            log.append((stored, cache.budget, layer.get_seq_length(), layer.positions[0, -1].item() + 1))
 
-    monkeypatch.setattr(RiftCache, "update", update)
+    after_updates(monkeypatch, record)
     return log
 
 

@@ -8,7 +8,7 @@ import rift_hf
 from rift_hf import RiftCache, RiftConfig
 from rift_hf.cache import rift_cache
 from rift_hf.cache.store_layer import RiftStoreLayer
-from tiny import ARCHITECTURES, draft_target_pair, make_prompt
+from tiny import ARCHITECTURES, after_updates, draft_target_pair, make_prompt
 
 GAMMA = 4
 PROMPT = 48
@@ -33,11 +33,9 @@ def pairs():
 def rows_log(monkeypatch):
     """After every update of a compressed layer: whether each attended row holds the stored row of its position."""
     log = []
-    original = RiftCache.update
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
-        layer = self.layers[layer_idx]
+    def record(cache, layer_idx):
+        layer = cache.layers[layer_idx]
         if isinstance(layer, RiftStoreLayer) and layer.compressed and not layer.indexed:
             positions = layer.working.used_positions
             keys, values = layer.store.gather(positions)
@@ -45,9 +43,8 @@ def rows_log(monkeypatch):
                 torch.equal(layer.working.used_keys, keys.to(layer.working.used_keys))
                 and torch.equal(layer.working.used_values, values.to(layer.working.used_values))
             )
-        return out
 
-    monkeypatch.setattr(RiftCache, "update", update)
+    after_updates(monkeypatch, record)
     return log
 
 

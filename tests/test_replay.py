@@ -9,23 +9,11 @@ import rift_hf
 from rift_hf import POLICIES
 from rift_hf.config import RiftConfig, policy_settings
 from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
-from tiny import ARCHITECTURES, draft_target_pair, make_prompt, squeeze
+from tiny import ARCHITECTURES, SMALL, draft_target_pair, make_prompt, squeeze
 
 GAMMA = 4
 PROMPT = 40
 NEW = 40
-SMALL = {
-    "draft_length": "fixed",  # rounds are compared with replay, which drafts gamma tokens
-    "budget": 16,
-    "window": 4,
-    "delta": 4,
-    "n_sink": 1,
-    "block_size": 4,
-    "a_min": 4,
-    "a_max": 12,
-    "check_interval": 2,
-    "drift_threshold": 0.01,
-}
 
 
 @pytest.fixture(scope="module")

@@ -105,6 +105,37 @@ ARCHITECTURES = [arch for arch in CONFIGS if arch != "jamba"]
 STATEFUL_TARGETS = ("qwen3_next", "qwen3_5", "nemotron_h", "jamba")
 
 
+# Small cache settings every policy accepts on the tiny models, with fixed draft lengths: the tests that use them
+# check the cache while it drafts every round, and compare rounds between runs (tiny models draft at a loss, so the
+# cost-aware length would let the target decode alone; tests/test_draft_length.py covers it).
+SMALL = {
+    "draft_length": "fixed",
+    "budget": 16,
+    "window": 4,
+    "delta": 4,
+    "n_sink": 1,
+    "block_size": 4,
+    "a_min": 4,
+    "a_max": 12,
+    "check_interval": 2,
+    "drift_threshold": 0.01,
+}
+
+
+def after_updates(monkeypatch, record) -> None:
+    """Call `record(cache, layer_idx)` after every `RiftCache.update` (undone with `monkeypatch`)."""
+    from rift_hf import RiftCache
+
+    original = RiftCache.update
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        out = original(self, key_states, value_states, layer_idx, *args, **kwargs)
+        record(self, layer_idx)
+        return out
+
+    monkeypatch.setattr(RiftCache, "update", update)
+
+
 def tiny_model(arch: str, seed: int = 0, dtype=torch.float32, attn: str | None = None, **overrides):
     """A random tiny causal LM of architecture `arch` (deterministic for a seed)."""
     fields = {**CONFIGS[arch], **overrides}
