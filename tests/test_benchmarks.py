@@ -366,6 +366,19 @@ def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
     assert all(r["max_logit_difference"] < 1e-4 for r in record["rows"])
 
 
+def test_idle_rounds_holds_the_controller_at_zero_and_keeps_the_target_output(tmp_path):
+    from benchmarks import idle_rounds
+    from rift_hf.generation.draft_length import DraftLength
+
+    choose = DraftLength.choose
+    args = ["--preset", "tiny-random", "--input-tokens", "100", "--new-tokens", "6", "--repeats", "1"]
+    idle_rounds.main([*args, "--prefills", str(tmp_path / "prefills"), "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "idle-rounds-tiny-random-100in.json").read_text())
+    assert [r["prompt"].split(":")[0] for r in record["rows"]] == ["repeat", "continue"]
+    assert all(r["same_output"] and r["target_seconds"] > 0 and r["idle_loop_seconds"] > 0 for r in record["rows"])
+    assert DraftLength.choose is choose  # the hold is undone
+
+
 def test_replay_check_finds_committed_rows_identical_and_names_a_changed_one(tmp_path):
     """The behaviour check of a refactor: a replay folder replayed again comes out row for row the same; a row whose
     accepted counts were altered is named."""
