@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# #45's broad set, eval half, ~4K inputs (INPUT=8192 for ~8K): the default (page-round) against the full cache at 4x and 8x, by exact
-# replay. One more source per family on each pass (8 prompts: four families x two regimes), so a run stopped
+# #45's broad set, eval half, ~4K inputs (INPUT=8192 for ~8K): the default (page-round) against the full cache at
+# 4x and 8x, by exact replay. One more source per family on each pass (8 prompts: four families x two regimes), so a run stopped
 # anywhere holds every cell about equally; every pass resumes from the rows already written. The rows labelled
 # `page-round` there were written before page-round chose again inside a round by default (rechoose_after=0, passes
 # 1-4); the default since is measured under its explicit label (a resume under `page-round` is refused).

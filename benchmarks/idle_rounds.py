@@ -7,7 +7,7 @@ forwards (decode phase only, `generate_from`), the target alone against the assi
 k = 0 for every round, interleaved, the median of `--repeats`.
 
     python -m benchmarks.idle_rounds --input-tokens 4096                  # qwen-coder, fp32, 48 new tokens
-    python -m benchmarks.idle_rounds --preset tiny-random --input-tokens 256 --new-tokens 8 --repeats 1  (CI-sized)
+    python -m benchmarks.idle_rounds --preset tiny-random --input-tokens 100 --new-tokens 6 --repeats 1  (CI-sized)
 
 Writes `<--out>/idle-rounds-<preset>-<tokens>in.json` and prints a table.
 """
