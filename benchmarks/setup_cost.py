@@ -7,7 +7,8 @@ against a DynamicCache (transformers' assisted generation, which has neither).
 
     python -m benchmarks.setup_cost ~/.cache/rift-hf/prefills/qwen-coder/<prompt folder> --out <file.json>
 
-Median of `--repeats` of each, after one untimed pass over the settings; 2 threads. Row keys: `<label>` the load, `<label> first selection` the first commit.
+Median of `--repeats` of each, after one untimed pass over the settings; 2 threads. Row keys: `<label>` the load,
+`<label> first selection` the first commit.
 """
 
 import argparse
