@@ -38,32 +38,24 @@ def _cache(config, label: str):
     return RiftCache(config, RiftConfig.coerce({**label_fields(label), "draft_length": "fixed"}))
 
 
-def load_seconds(config, prefill, label: str, repeats: int) -> float:
-    """Median seconds of loading `prefill` into a fresh cache of setting `label`."""
-    times = []
+def setup_seconds(config, prefill, label: str, repeats: int) -> tuple[float, float]:
+    """Median seconds of loading `prefill` into a fresh cache of setting `label`, and of the first commit after it
+    (the policy's first selection; 0 for a DynamicCache, which selects nothing)."""
+    loads, firsts = [], []
     for _ in range(repeats):
         cache = _cache(config, label)
         tick = time.perf_counter()
         load_prefill(cache, prefill)
-        times.append(time.perf_counter() - tick)
-    return statistics.median(times)
-
-
-def first_selection_seconds(config, prefill, label: str, repeats: int) -> float:
-    """Median seconds of the first commit after loading `prefill` (the policy's first selection; 0 for a
-    DynamicCache, which selects nothing)."""
-    if label == "transformers":
-        return 0.0
-    times = []
-    for _ in range(repeats):
-        cache = _cache(config, label)
-        load_prefill(cache, prefill)
+        loads.append(time.perf_counter() - tick)
+        if label == "transformers":
+            firsts.append(0.0)
+            continue
         tick = time.perf_counter()
         cache._commit()  # what the first crop of assisted generation runs after its rollback
-        times.append(time.perf_counter() - tick)
+        firsts.append(time.perf_counter() - tick)
         if cache.rift_layers and cache.rift_layers[0].selected is None and cache.budget < prefill.tokens:
             raise RuntimeError(f"{label}: the first commit made no selection; nothing was measured.")
-    return statistics.median(times)
+    return statistics.median(loads), statistics.median(firsts)
 
 
 def main(argv=None) -> None:
@@ -84,10 +76,10 @@ def main(argv=None) -> None:
         # One untimed pass first: at ~32K the first cache a process fills runs about twice as slowly as the next ones
         # (whichever setting comes first), which is the process warming up, not the setting.
         for label in labels:
-            first_selection_seconds(config, prefill, label, 1)
+            setup_seconds(config, prefill, label, 1)
         for label in labels:
-            row[label] = round(load_seconds(config, prefill, label, args.repeats), 4)
-            row[f"{label} first selection"] = round(first_selection_seconds(config, prefill, label, args.repeats), 4)
+            load, first = setup_seconds(config, prefill, label, args.repeats)
+            row[label], row[f"{label} first selection"] = round(load, 4), round(first, 4)
         rows.append(row)
         print(json.dumps(row))
     record = {"rows": rows, "machine": machine(), "threads": 2, "date": datetime.date.today().isoformat()}

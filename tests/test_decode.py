@@ -143,13 +143,13 @@ def test_prompt_cache_refusals(pairs, caches):
 
 
 def test_the_setup_cost_benchmark_loads_one_record_into_each_settings_cache(pairs, caches):
-    from benchmarks.setup_cost import SETTINGS, first_selection_seconds, load_seconds
+    from benchmarks.setup_cost import SETTINGS, setup_seconds
 
     target, draft = pairs["llama"]
     _, prompt_caches = caches
     for label in SETTINGS:
-        assert load_seconds(draft.config, prompt_caches["llama"].draft, label, repeats=1) > 0
-        first = first_selection_seconds(draft.config, prompt_caches["llama"].draft, label, repeats=1)
+        load, first = setup_seconds(draft.config, prompt_caches["llama"].draft, label, repeats=1)
+        assert load > 0
         assert (first == 0) == (label == "transformers"), (label, first)
     with pytest.raises(ValueError, match="Unknown RIFT policy"):
-        load_seconds(draft.config, prompt_caches["llama"].draft, "no-such-policy", repeats=1)
+        setup_seconds(draft.config, prompt_caches["llama"].draft, "no-such-policy", repeats=1)
