@@ -390,10 +390,11 @@ def _pack(q: torch.Tensor, bits: int) -> torch.Tensor:
     """Unsigned codes `[..., D]` (< 2**bits) -> bytes `[..., D * bits / 8]`, the lowest bits holding the first."""
     if bits == 8:
         return q.to(torch.uint8)
-    per = 8 // bits
-    q = q.to(torch.uint8).unflatten(-1, (-1, per))
-    shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=q.device)
-    return (q << shifts).sum(-1, dtype=torch.uint8)
+    q = q.to(torch.uint8).unflatten(-1, (-1, 8 // bits))
+    packed = q[..., 0].clone()
+    for i in range(1, 8 // bits):  # (an OR per code in a byte: a sum over the last dim is ~4x slower on a CPU)
+        packed |= q[..., i] << (i * bits)
+    return packed
 
 
 def _unpack(data: torch.Tensor, bits: int) -> torch.Tensor:

@@ -62,7 +62,7 @@ def _dense_window_scores(query, key, scale, sink):
 
 @pytest.mark.parametrize("sinks", [False, True], ids=["nosink", "sink"])
 def test_window_scores_equal_their_dense_definition(sinks):
-    """The reference (grouped matmul, softmax in place) against the scores written out densely, batch of two."""
+    """The reference (a query head at a time, softmax in place) against the scores written out densely, batch of two."""
     g = torch.Generator().manual_seed(3)
     query = torch.randn(2, 6, 5, 16, generator=g)
     key = torch.randn(2, 2, 37, 16, generator=g)

@@ -30,21 +30,31 @@ def window_attention_scores(
     if causal and window > length:
         raise ValueError(f"window ({window}) is longer than the keys ({length}).")
     group = h_q // h_kv
-    # One batched matmul per KV head (the scale folded into the queries), then the softmax in place: at decode-time
-    # rescoring this runs over the whole store, and each full-size temporary costs as much as the arithmetic.
-    q = (query.float() * scale).reshape(batch, h_kv, group * window, -1)
-    logits = torch.matmul(q, key.float().transpose(-1, -2)).view(batch, h_kv, group, window, length)
-    # Causal inside the window: the query at position T - W + i sees keys up to it; only the last W keys can be late.
-    if causal:
-        late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1)
-        logits[..., length - window :].masked_fill_(late, float("-inf"))
-    if sinks is not None:
-        sink = sinks.float().view(1, h_kv, group, 1, 1).expand(batch, h_kv, group, window, 1)
-        probs = torch.softmax(torch.cat([logits, sink], dim=-1), dim=-1)[..., :-1]
-    else:
-        probs = logits.sub_(logits.amax(dim=-1, keepdim=True)).exp_()
-        probs.div_(probs.sum(dim=-1, keepdim=True))
-    return probs.sum(dim=3).mean(dim=2)
+    # One query head at a time, its logits `[W, T]` in one buffer reused by every head, the softmax in place: at
+    # decode-time rescoring this runs over the whole store, and on a CPU a fresh full-size temporary costs more in
+    # page faults than the arithmetic (the window scores of rift-dyn's first selection at ~32K on a 2-core CPU: about
+    # 2.0 s -> 1.2 s, equal up to float rounding; `python -m benchmarks.setup_cost` times the whole selection).
+    q = (query.float() * scale).reshape(batch, h_kv, group, window, -1)
+    keys = key.float()
+    late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1) if causal else None
+    sink = None if sinks is None else sinks.float().view(h_kv, group)
+    logits = torch.empty(window, length, dtype=torch.float32, device=key.device)
+    scores = torch.zeros(batch, h_kv, length, dtype=torch.float32, device=key.device)
+    for b in range(batch):
+        for h in range(h_kv):
+            for g in range(group):
+                torch.matmul(q[b, h, g], keys[b, h].transpose(0, 1), out=logits)
+                if causal:  # the query at position T - W + i sees keys up to it: only the last W keys can be late
+                    logits[:, length - window :].masked_fill_(late, float("-inf"))
+                top = logits.amax(dim=-1, keepdim=True)
+                if sink is not None:  # a sink's logit joins the denominator only
+                    top = torch.maximum(top, sink[h, g])
+                probs = logits.sub_(top).exp_()
+                total = probs.sum(dim=-1, keepdim=True)
+                if sink is not None:
+                    total += (sink[h, g] - top).exp()
+                scores[b, h] += probs.div_(total).sum(dim=0)
+    return scores.div_(group)
 
 
 def pool_scores(scores: torch.Tensor, kernel: int, mode: str = "avg") -> torch.Tensor:
