@@ -7,8 +7,8 @@ against a DynamicCache (transformers' assisted generation, which has neither).
 
     python -m benchmarks.setup_cost ~/.cache/rift-hf/prefills/qwen-coder/<prompt folder> --out <file.json>
 
-Median of `--repeats` of each, after one untimed pass over the settings; 2 threads. Row keys: `<label>` the load,
-`<label> first selection` the first commit.
+Median of `--repeats` of each, the settings taking turns in every repeat, after one untimed pass over them; 2
+threads. Row keys: `<label>` the load, `<label> first selection` the first commit.
 """
 
 import argparse
@@ -38,24 +38,21 @@ def _cache(config, label: str):
     return RiftCache(config, RiftConfig.coerce({**label_fields(label), "draft_length": "fixed"}))
 
 
-def setup_seconds(config, prefill, label: str, repeats: int) -> tuple[float, float]:
-    """Median seconds of loading `prefill` into a fresh cache of setting `label`, and of the first commit after it
-    (the policy's first selection; 0 for a DynamicCache, which selects nothing)."""
-    loads, firsts = [], []
-    for _ in range(repeats):
-        cache = _cache(config, label)
-        tick = time.perf_counter()
-        load_prefill(cache, prefill)
-        loads.append(time.perf_counter() - tick)
-        if label == "transformers":
-            firsts.append(0.0)
-            continue
-        tick = time.perf_counter()
-        cache._commit()  # what the first crop of assisted generation runs after its rollback
-        firsts.append(time.perf_counter() - tick)
-        if cache.rift_layers and cache.rift_layers[0].selected is None and cache.budget < prefill.tokens:
-            raise RuntimeError(f"{label}: the first commit made no selection; nothing was measured.")
-    return statistics.median(loads), statistics.median(firsts)
+def setup_seconds(config, prefill, label: str) -> tuple[float, float]:
+    """Seconds of loading `prefill` into a fresh cache of setting `label`, and of the first commit after it (the
+    policy's first selection; 0 for a DynamicCache, which selects nothing)."""
+    cache = _cache(config, label)
+    tick = time.perf_counter()
+    load_prefill(cache, prefill)
+    load = time.perf_counter() - tick
+    if label == "transformers":
+        return load, 0.0
+    tick = time.perf_counter()
+    cache._commit()  # what the first crop of assisted generation runs after its rollback
+    first = time.perf_counter() - tick
+    if cache.rift_layers and cache.rift_layers[0].selected is None and cache.budget < prefill.tokens:
+        raise RuntimeError(f"{label}: the first commit made no selection; nothing was measured.")
+    return load, first
 
 
 def main(argv=None) -> None:
@@ -76,10 +73,15 @@ def main(argv=None) -> None:
         # One untimed pass first: at ~32K the first cache a process fills runs about twice as slowly as the next ones
         # (whichever setting comes first), which is the process warming up, not the setting.
         for label in labels:
-            setup_seconds(config, prefill, label, 1)
-        for label in labels:
-            load, first = setup_seconds(config, prefill, label, args.repeats)
-            row[label], row[f"{label} first selection"] = round(load, 4), round(first, 4)
+            setup_seconds(config, prefill, label)
+        # The settings take turns in every repeat, so a drift of the process (allocator, page cache) is shared.
+        seconds = {label: [] for label in labels}
+        for _ in range(args.repeats):
+            for label in labels:
+                seconds[label].append(setup_seconds(config, prefill, label))
+        for label, pairs in seconds.items():
+            row[label] = round(statistics.median(load for load, _ in pairs), 4)
+            row[f"{label} first selection"] = round(statistics.median(first for _, first in pairs), 4)
         rows.append(row)
         print(json.dumps(row))
     record = {"rows": rows, "machine": machine(), "threads": 2, "date": datetime.date.today().isoformat()}

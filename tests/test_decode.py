@@ -148,8 +148,8 @@ def test_the_setup_cost_benchmark_loads_one_record_into_each_settings_cache(pair
     target, draft = pairs["llama"]
     _, prompt_caches = caches
     for label in SETTINGS:
-        load, first = setup_seconds(draft.config, prompt_caches["llama"].draft, label, repeats=1)
+        load, first = setup_seconds(draft.config, prompt_caches["llama"].draft, label)
         assert load > 0
         assert (first == 0) == (label == "transformers"), (label, first)
     with pytest.raises(ValueError, match="Unknown RIFT policy"):
-        setup_seconds(draft.config, prompt_caches["llama"].draft, "no-such-policy", repeats=1)
+        setup_seconds(draft.config, prompt_caches["llama"].draft, "no-such-policy")
