@@ -338,3 +338,24 @@ def test_after_rounds_without_drafting_the_drafter_drops_its_rejected_drafts_and
     assert any(a for rounds_seen in seen for a, _ in rounds_seen) and any(
         a < d for rounds_seen in seen for a, d in rounds_seen
     )  # the evidence holds both right and wrong predictions
+
+
+def test_a_fresh_call_probes_where_a_resumed_one_would():
+    """A fresh controller spends its second round timing the target alone; where the first round accepted nothing,
+    that round is the first of the back-off, so its first probe falls where a resumed controller's (which skips it)
+    does, and a back-off still lasts `backoff` rounds without drafting."""
+
+    def lengths(controller, rounds=8):
+        out = []
+        for _ in range(rounds):
+            k = controller.choose()
+            controller.observe(k, 0, 0.05 * k, 1.0 + 0.02 * (k + 1), [0.05] * k)
+            out.append(k)
+        return out
+
+    fresh = DraftLength(max_length=11)
+    first = lengths(fresh)
+    assert first[:6] == [4, 0, 0, 0, 0, 4], first
+    assert [reason for _, reason in fresh.chosen[:2]] == ["calibrate", "calibrate"]
+    resumed = lengths(fresh.resume())
+    assert resumed[:6] == first[:6], (resumed, first)
