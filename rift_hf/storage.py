@@ -392,7 +392,7 @@ def _pack(q: torch.Tensor, bits: int) -> torch.Tensor:
         return q.to(torch.uint8)
     q = q.to(torch.uint8).unflatten(-1, (-1, 8 // bits))
     packed = q[..., 0].clone()
-    for i in range(1, 8 // bits):  # (an OR per code in a byte: a sum over the last dim is ~4x slower on a CPU)
+    for i in range(1, 8 // bits):  # an OR per code in a byte (a uint8 sum over the last dim is slower on a CPU)
         packed |= q[..., i] << (i * bits)
     return packed
 

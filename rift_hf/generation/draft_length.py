@@ -99,7 +99,7 @@ class DraftLength:
     one-token step: what drafting must beat), the third drafts where the first says the choice will fall (`max_length`
     if every draft was accepted, else one past those that were), pricing a verification of several tokens and the
     round's fixed cost, which the first round's warm-up would overstate; the choice starts with the fourth. A back-off
-    right after the second round counts it as its first round (`_count_calibration_round`).
+    right after the second round counts it as its first round (`_back_off`).
     Positions beyond those observed lean on the pooled acceptance, so longer drafts are tried where it is high. Rounds
     without drafting are seen too: the next drafting round re-feeds their tokens, and the drafter's greedy predictions
     there say how many drafts it would have had accepted (`observe_idle`), so a probe that accepts nothing does not
@@ -187,27 +187,27 @@ class DraftLength:
             loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
             drafting_rounds = sum(length > 0 for length, _ in self.chosen)  # this call's
             if drafting_rounds * loss < self.explore_steps * self.verify_cost(1):
-                self.idle = self.backoff
-                self._count_calibration_round()
-                return self._pick(0, "target faster")
+                return self._back_off(self.backoff)
             # Otherwise probes are spaced so that a probe's loss stays within `probe_share` of the time spent
             # decoding alone; the spacing also doubles while probes keep losing.
             spacing = math.ceil(loss / (self.probe_share * max(self.verify_cost(1), 1e-9)))
             # (The first back-off is short: early estimates rest on a round or two.)
-            self.idle = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
+            rounds = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
             self.wait = min(2 * self.wait, self.max_backoff)
-            self._count_calibration_round()
-            return self._pick(0, "target faster")
+            return self._back_off(rounds)
         self.wait = self.backoff
         return self._pick(best, "best rate")
 
-    def _count_calibration_round(self) -> None:
-        """A back-off that starts right after the round that timed the target alone counts that round as its first
-        (it drafted nothing either), so a fresh call probes where a resumed one, which skips that round, would.
+    def _back_off(self, rounds: int) -> int:
+        """Decode alone for `rounds` rounds (this one included), then probe. A back-off that starts right after the
+        round that timed the target alone counts that round as its first (it drafted nothing either), so a fresh call
+        probes where a resumed one, which skips that round, would.
         (`python -m benchmarks.draft_length_traces`: ~32K `repeat` 1.00 -> 1.02 of a constant 11 on the tune half, the
         other tune rows unchanged; `benchmarks.draft_length_sim`: no case lower by more than 0.01.)"""
         if self.chosen and self.chosen[-1] == (0, "calibrate"):
-            self.idle = max(1, self.idle - 1)
+            rounds = max(1, rounds - 1)
+        self.idle = rounds
+        return self._pick(0, "target faster")
 
     def _pick(self, length: int, reason: str) -> int:
         self.chosen.append((length, reason))

@@ -32,8 +32,8 @@ def window_attention_scores(
     group = h_q // h_kv
     # One query head at a time, its logits `[W, T]` in one buffer reused by every head, the softmax in place: at
     # decode-time rescoring this runs over the whole store, and on a CPU a fresh full-size temporary costs more in
-    # page faults than the arithmetic (the window scores of rift-dyn's first selection at ~32K on a 2-core CPU: about
-    # 2.0 s -> 1.2 s, equal up to float rounding; `python -m benchmarks.setup_cost` times the whole selection).
+    # page faults than the arithmetic (rift-dyn's first selection at ~32K: docs/results/long-inputs.md). Equal to one
+    # batched matmul's scores up to float rounding.
     q = (query.float() * scale).reshape(batch, h_kv, group, window, -1)
     keys = key.float()
     late = torch.ones(window, window, dtype=torch.bool, device=key.device).triu(1) if causal else None
