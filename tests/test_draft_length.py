@@ -359,3 +359,33 @@ def test_a_fresh_call_probes_where_a_resumed_one_would():
     assert [reason for _, reason in fresh.chosen[:2]] == ["calibrate", "calibrate"]
     resumed = lengths(fresh.resume())
     assert resumed[:6] == first[:6], (resumed, first)
+
+
+def test_probes_that_keep_a_draft_or_two_do_not_use_up_the_exploration():
+    """The ~32K `continue:http/client.py` shape: a probe of 4 that accepts nothing costs about a target step more
+    than the target alone, but probes that keep one draft emit two tokens for about two target steps. What the
+    exploration has spent is what its rounds really lost, so such probes keep the back-off short and the drafter is
+    found when it starts agreeing; drafting that never pays still ends with probes spaced out."""
+
+    def run(accepting):
+        controller = DraftLength(max_length=11)
+        controller.verify_cost.observe(1, 0.48)  # a resumed controller: costs known, no calibration rounds
+        controller.verify_cost.observe(5, 0.60)
+        controller.verify_cost.observe(12, 0.75)
+        controller.step, controller.first = [0.09, 1.0], [0.2, 1.0]
+        lengths = []
+        for r in range(60):
+            k = controller.choose()
+            accepted = 0 if r == 0 else min(k, accepting(r))
+            forwards = [0.2] + [0.09] * (k - 1) if k else []
+            verify = {0: 0.48, 4: 0.60}.get(k, 0.75)
+            controller.observe(k, accepted, sum(forwards), verify, forwards)
+            lengths.append(k)
+        return lengths, controller
+
+    lengths, _ = run(lambda r: 1 if r < 16 else 11)  # one draft a probe, then every draft from round 16
+    assert sum(k > 0 for k in lengths[:16]) >= 3 and sum(k >= 4 for k in lengths[20:30]) >= 8, lengths
+    losing, controller = run(lambda r: 0)  # probes keep nothing: the budget runs out and the back-off grows
+    probes = [i for i, (k, _) in enumerate(controller.chosen) if k]
+    gaps = [b - a for a, b in zip(probes, [*probes[1:], len(controller.chosen)], strict=True)]
+    assert len(probes) <= 6 and max(gaps) >= 30, probes

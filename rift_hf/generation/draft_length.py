@@ -87,11 +87,13 @@ class DraftLength:
             that a probe that accepts nothing costs more than `probe_share` (defaults to 0.02) of the time between.
         first_length (`int`, defaults to 4): the first round's draft (at most `max_length`): long enough to price a
             drafter step and see acceptance, short enough to cost little where drafting loses.
-        explore_steps (`float`, defaults to 3.0): while this call's drafting rounds, each priced at what a probe loses
-            to the target alone, add up to less than this many target steps, a back-off stays `backoff` rounds and
-            does not grow: a few unlucky rounds at the start (an answer's first tokens are often mispredicted) must
-            not silence a drafter that pays, when finding out costs little. Where a probe is dear (a drafter step
-            near a target step) the first back-off already spaces probes out.
+        explore_steps (`float`, defaults to 3.0): while what this call's drafting rounds lost to the target alone,
+            net of what they gained (`_explored`: today's costs, their real acceptances), stays under this many
+            target steps, a back-off stays `backoff` rounds and does not grow: a few unlucky rounds at the start (an
+            answer's first tokens are often mispredicted) must not silence a drafter that pays, when finding out
+            costs little. Probes that accept a draft or two cost about what the target alone would have, so they
+            spend little of it; rounds that paid extend it. Where a probe is dear (a drafter step near a target
+            step) the budget runs out after a probe or two and the back-off spaces probes out.
 
     Drafting k tokens is priced as `first + (k - 1) * step`: `step` is one drafter decode forward, `first` the rest of
     a round's drafting (its first forward, which re-feeds the verified tokens and refreshes the cache, and the loop's
@@ -127,6 +129,7 @@ class DraftLength:
     warm: bool = False  # this call's first round is behind us (its costs hold warm-up and the prompt forward)
     missed: int = 0  # rounds since the drafter last drafted (its next round re-feeds what they emitted)
     chosen: list = field(default_factory=list)  # (length chosen, reason) per round
+    outcomes: dict = field(default_factory=dict)  # (drafted, accepted) -> this call's drafting rounds with them
 
     def __post_init__(self):
         if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
@@ -182,11 +185,10 @@ class DraftLength:
             return self._pick(first, "probe")
         best = max(range(self.max_length + 1), key=self.rate)
         if best == 0:
-            # What a probe costs over the target alone, were nothing accepted. While this call has drafted little and
-            # finding out is cheap, look again soon (`explore_steps`).
+            # What a probe costs over the target alone, were nothing accepted. While this call's drafting has lost
+            # little to the target alone, look again soon (`explore_steps`).
             loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
-            drafting_rounds = sum(length > 0 for length, _ in self.chosen)  # this call's
-            if drafting_rounds * loss < self.explore_steps * self.verify_cost(1):
+            if self._explored() < self.explore_steps * self.verify_cost(1):
                 return self._back_off(self.backoff)
             # Otherwise probes are spaced so that a probe's loss stays within `probe_share` of the time spent
             # decoding alone; the spacing also doubles while probes keep losing.
@@ -197,6 +199,15 @@ class DraftLength:
             return self._back_off(rounds)
         self.wait = self.backoff
         return self._pick(best, "best rate")
+
+    def _explored(self) -> float:
+        """What this call's drafting rounds lost to the target alone so far, net of what they gained, priced at
+        today's costs with their real acceptances: a round drafting k that kept a emitted a + 1 tokens, which the
+        target alone emits in a + 1 steps."""
+        v1 = self.verify_cost(1)
+        return sum(
+            n * (self.draft_seconds(k) + self.verify_cost(k + 1) - (a + 1) * v1) for (k, a), n in self.outcomes.items()
+        )
 
     def _back_off(self, rounds: int) -> int:
         """Decode alone for `rounds` rounds (this one included), then probe. A back-off that starts right after the
@@ -238,6 +249,8 @@ class DraftLength:
             self.verify_cost.observe(drafted + 1, verify_seconds)
         if not self.warm:
             self.first_accepted = accepted
+        if drafted:
+            self.outcomes[drafted, accepted] = self.outcomes.get((drafted, accepted), 0) + 1
         self.missed = self.missed + 1 if drafted == 0 else 0
         self.rounds += 1
         self.warm = True
@@ -269,7 +282,7 @@ class DraftLength:
         import copy
 
         nxt = copy.deepcopy(self)
-        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen = 0, self.backoff, 0, False, []
+        nxt.idle, nxt.wait, nxt.missed, nxt.warm, nxt.chosen, nxt.outcomes = 0, self.backoff, 0, False, [], {}
         # Acceptance belongs to a prompt: the new call starts from the last one's pooled rate, held lightly.
         seen = [(a, w) for a, w in self.accepted if w > 0]
         nxt.prior = sum(a for a, _ in seen) / sum(w for _, w in seen) if seen else self.prior
