@@ -369,7 +369,7 @@ def test_probes_that_keep_a_draft_or_two_do_not_use_up_the_exploration():
 
     def run(accepting):
         controller = DraftLength(max_length=11)
-        controller.verify_cost.observe(1, 0.48)  # a resumed controller: costs known, no calibration rounds
+        controller.verify_cost.observe(1, 0.48)  # costs known, as a resumed controller's: only round one calibrates
         controller.verify_cost.observe(5, 0.60)
         controller.verify_cost.observe(12, 0.75)
         controller.step, controller.first = [0.09, 1.0], [0.2, 1.0]
@@ -385,7 +385,7 @@ def test_probes_that_keep_a_draft_or_two_do_not_use_up_the_exploration():
 
     lengths, _ = run(lambda r: 1 if r < 16 else 11)  # one draft a probe, then every draft from round 16
     assert sum(k > 0 for k in lengths[:16]) >= 3 and sum(k >= 4 for k in lengths[20:30]) >= 8, lengths
-    losing, controller = run(lambda r: 0)  # probes keep nothing: the budget runs out and the back-off grows
+    _, controller = run(lambda r: 0)  # probes keep nothing: the budget runs out and the back-off grows
     probes = [i for i, (k, _) in enumerate(controller.chosen) if k]
     gaps = [b - a for a, b in zip(probes, [*probes[1:], len(controller.chosen)], strict=True)]
     assert len(probes) <= 6 and max(gaps) >= 30, probes

@@ -185,13 +185,12 @@ class DraftLength:
             return self._pick(first, "probe")
         best = max(range(self.max_length + 1), key=self.rate)
         if best == 0:
-            # What a probe costs over the target alone, were nothing accepted. While this call's drafting has lost
-            # little to the target alone, look again soon (`explore_steps`).
-            loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
+            # While this call's drafting has lost little to the target alone, look again soon (`explore_steps`).
             if self._explored() < self.explore_steps * self.verify_cost(1):
                 return self._back_off(self.backoff)
-            # Otherwise probes are spaced so that a probe's loss stays within `probe_share` of the time spent
-            # decoding alone; the spacing also doubles while probes keep losing.
+            # Otherwise probes are spaced so that a probe's loss (over the target alone, were nothing accepted) stays
+            # within `probe_share` of the time spent decoding alone; the spacing also doubles while probes keep losing.
+            loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
             spacing = math.ceil(loss / (self.probe_share * max(self.verify_cost(1), 1e-9)))
             # (The first back-off is short: early estimates rest on a round or two.)
             rounds = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
