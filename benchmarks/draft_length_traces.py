@@ -13,6 +13,9 @@ anything. A compressed drafter's selection also depends on its refresh history, 
 changes a little; the replay's is used.) A controller then drafts along the output: a round drafting `k` at position
 `p` accepts `min(k, run(p))` and emits one more, at `draft(k) + verify(k + 1)` seconds.
 
+Each set is played twice: with a fresh controller per prompt, and with the prompts as one model's successive
+`generate` calls (each resuming the last call's controller, as in the speed runs and a user's session).
+
 Trace sets: `tune` (what the controller's settings were chosen on) and `eval` (looked at only to report). Costs per
 set: seconds per drafted token and a verification curve (tokens -> seconds, the loop included), from the speed runs
 named beside each (`benchmarks/results/long/qwen-coder/...`, page-round drafting a constant 11).
@@ -46,6 +49,7 @@ class TraceSet:
     curve: tuple  # (tokens verified, seconds) of a verification round, the loop included
     costs_from: str
     first: float | None = None  # a round's first forward, measured (else a step plus the replay's refresh seconds)
+    setting: str | None = None  # rows from a speed run (`benchmarks.long_inputs speed`): the setting to read
 
 
 # The ~32K curve is `benchmarks/results/verify-cost-bf16` (sdpa_gqa) plus the loop's ~0.05 s a round; the others are a
@@ -85,6 +89,19 @@ SETS = {
         ((1, 0.322), (2, 0.399), (3, 0.406), (5, 0.424), (8, 0.436), (12, 0.455)),
         "speed-16384in-128tok-bf16 (8 prompts, round_draft_seconds / round_verify_seconds)",
         first=0.201,
+    ),
+    # The default policy's own acceptance at ~32K (rift-dyn, int4 store): the rounds of a constant 11 in a bf16 speed
+    # run on an AMX Xeon (`speed-32000in-128tok-bf16-amx-explore-net`, four of the 32k-bf16 set's prompts per regime),
+    # priced with that run's per-round seconds (medians by size over both of its drafting settings).
+    "32k-bf16-rift-dyn": TraceSet(
+        "tune",
+        "benchmarks/results/long/qwen-coder/speed-32000in-128tok-bf16-amx-explore-net/rows.jsonl",
+        "rift-dyn",
+        0.1015,
+        ((1, 0.459), (3, 0.641), (4, 0.635), (5, 0.689), (6, 0.679), (7, 0.682), (12, 0.724)),
+        "speed-32000in-128tok-bf16-amx-explore-net (round_draft_seconds / round_verify_seconds)",
+        first=0.121,
+        setting="rift-dyn@tokens_ahead=128,store_dtype=int4",
     ),
     "4k-fp32": TraceSet(
         "eval",
@@ -148,7 +165,7 @@ def play(
             else:
                 idle.append(position)
             warm = list(forwards)
-            if warm and controller.rounds == 0:
+            if warm and not controller.warm:  # a call's first round
                 warm[0] += 50 * trace.step  # the drafter's prompt forward: not in a decode-phase rate
             controller.observe(k, n, sum(warm), verify, warm)
         seconds += sum(forwards) + verify
@@ -161,14 +178,26 @@ def play(
 def load(trace: TraceSet) -> tuple[dict[str, list[int]], float]:
     """Per prompt, the runs (`runs_from`) of `trace.policy`'s rounds; and the mean seconds of its refreshes."""
     rows = [json.loads(line) for line in Path(trace.rows).read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if row["policy"] == trace.policy]
+    rows = [row for row in rows if row.get("policy") == trace.policy and row.get("setting") == trace.setting]
     events = [event["seconds"] for row in rows for event in row.get("rescoring_events", [])]
     return {row["prompt"]: runs_from(row["accepted"]) for row in rows}, statistics.mean(events) if events else 0.0
 
 
-def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None) -> list[dict]:
-    """One row per trace set and regime: the controller against the target alone and the constant lengths (`player`:
-    how the controller drafts along a trace, `play` by default)."""
+def play_calls(prompts: dict, trace: TraceSet, new_tokens: int, make, refresh: float, player, start: str) -> dict:
+    """Per prompt, `player`'s (rate, lengths) for a controller drafting along its runs. `start`: "fresh" (a new
+    controller per prompt) or "resumed" (the prompts as one model's successive `generate` calls, in the replay's
+    order, as the speed runs make them: each call resumes the last call's controller, `DraftLength.resume`)."""
+    played, controller = {}, None
+    for prompt, runs in prompts.items():
+        fresh = start == "fresh" or controller is None
+        controller = make(max_length=GAMMA) if fresh else controller.resume()
+        played[prompt] = player(runs, trace, new_tokens, controller, refresh)
+    return played
+
+
+def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None, starts=("fresh", "resumed")) -> list[dict]:
+    """One row per trace set, start (`play_calls`) and regime: the controller against the target alone and the
+    constant lengths (`player`: how the controller drafts along a trace, `play` by default)."""
     player = player or play
     rows = []
     for name, trace in sets.items():
@@ -176,7 +205,8 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None) -> list[
         if trace.first is not None:
             refresh = trace.first - trace.step
         alone = 1 / piecewise_linear(sorted(trace.curve), 1)
-        for regime in ("repeat", "continue"):
+        calls = {start: play_calls(prompts, trace, new_tokens, make, refresh, player, start) for start in starts}
+        for start, regime in ((s, g) for s in starts for g in ("repeat", "continue")):
             chosen = {p: r for p, r in prompts.items() if p.startswith(regime + ":")}
             if not chosen:
                 continue
@@ -184,12 +214,13 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None) -> list[
                 k: [play(r, trace, new_tokens, k, refresh)[0] for r in chosen.values()] for k in range(GAMMA + 1)
             }
             best = max(constant, key=lambda k: statistics.mean(constant[k]))
-            played = [player(r, trace, new_tokens, make(max_length=GAMMA), refresh) for r in chosen.values()]
+            played = [calls[start][p] for p in chosen]
             rate = [r for r, _ in played]
             rows.append(
                 {
                     "set": name,
                     "half": trace.half,
+                    "start": start,
                     "regime": regime,
                     "prompts": len(chosen),
                     "best_constant": best,
@@ -207,12 +238,13 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None) -> list[
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["set", "half", "regime", "prompts", "controller / target", "lowest / target", "controller / 11",
+    headers = ["set", "half", "start", "regime", "prompts", "controller / target", "lowest / target", "controller / 11",
                "controller / best constant (k)", "11 / target", "mean length"]  # fmt: skip
     body = [
-        [r["set"], r["half"], r["regime"], r["prompts"], f"{r['vs_target']:.2f}", f"{r['lowest_vs_target']:.2f}",
-         f"{r['vs_constant_11']:.2f}", f"{r['vs_best_constant']:.2f} ({r['best_constant']})",
-         f"{r['constant_11_vs_target']:.2f}", f"{r['mean_length']:.1f}"]
+        [r["set"], r["half"], r["start"], r["regime"], r["prompts"], f"{r['vs_target']:.2f}",
+         f"{r['lowest_vs_target']:.2f}", f"{r['vs_constant_11']:.2f}",
+         f"{r['vs_best_constant']:.2f} ({r['best_constant']})", f"{r['constant_11_vs_target']:.2f}",
+         f"{r['mean_length']:.1f}"]
         for r in rows
     ]  # fmt: skip
     return pipe_table(headers, body) + "\n"

@@ -315,10 +315,20 @@ def test_draft_length_traces_follow_the_replayed_rounds(tmp_path):
     assert traces.play([0] * 8, trace, 8, 0)[0] == 1.0
     rate, lengths = traces.play([3, 2, 1, 0] * 4, trace, 8, 3)
     assert lengths == [3, 3] and rate == 8 / (2 * (0.3 + 1.3))
+    # successive calls: a fresh controller times the target alone in its second round, a resumed one knows that cost
+    starts = ("fresh", "resumed")
+    prompts = {"a": [5] * 60, "b": [5] * 60}
+    fresh, resumed = (traces.play_calls(prompts, trace, 24, traces.DraftLength, 0.0, traces.play, s) for s in starts)
+    assert fresh["a"] == resumed["a"] and fresh["a"][1][:2] == [4, 0]
+    assert fresh["b"][1][:2] == [4, 0] and resumed["b"][1][0] == 4 and resumed["b"][1][1] > 0, (fresh, resumed)
     traces.main(["--new-tokens", "48", "--out", str(tmp_path)])
     rows = json.loads((tmp_path / "draft-length-traces.json").read_text())["rows"]
-    assert {(r["set"], r["regime"]) for r in rows} == {(s, g) for s in traces.SETS for g in ("repeat", "continue")}
-    assert all(r["prompts"] == 8 and 0 < r["vs_best_constant"] <= 1.1 for r in rows)
+    pairs = {(s, start, g) for s in traces.SETS for start in ("fresh", "resumed") for g in ("repeat", "continue")}
+    assert {(r["set"], r["start"], r["regime"]) for r in rows} == pairs
+    assert all(r["prompts"] in (4, 8) and 0 < r["vs_best_constant"] <= 1.1 for r in rows)
+    # resumed calls carry what the controller learnt (costs, acceptance) from one prompt to the next; fresh ones not
+    rates = {(r["set"], r["start"], r["regime"]): r["vs_target"] for r in rows}
+    assert any(rates[s, "fresh", g] != rates[s, "resumed", g] for s, _, g in pairs)
 
 
 def test_a_look_ends_a_back_off_and_decides_from_what_it_saw(tmp_path):

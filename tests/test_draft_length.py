@@ -389,3 +389,24 @@ def test_probes_that_keep_a_draft_or_two_do_not_use_up_the_exploration():
     probes = [i for i, (k, _) in enumerate(controller.chosen) if k]
     gaps = [b - a for a, b in zip(probes, [*probes[1:], len(controller.chosen)], strict=True)]
     assert len(probes) <= 6 and max(gaps) >= 30, probes
+
+
+def test_probes_are_spaced_by_what_they_are_expected_to_lose():
+    """Once the exploration budget is spent, probes are spaced out by their loss over the target alone at the
+    acceptance estimated so far: a drafter that predicts about half its drafts is probed far sooner than one that
+    predicts nothing (priced as if nothing were accepted, both waited ~60 rounds at these ~32K bf16 costs)."""
+
+    def back_off(acceptance):
+        controller = DraftLength(max_length=11)
+        for size, seconds in ((1, 0.48), (5, 0.60), (12, 0.75)):
+            controller.verify_cost.observe(size, seconds)
+        controller.step, controller.first = [0.09, 1.0], [0.2, 1.0]
+        controller.warm, controller.rounds = True, 10
+        controller.accepted = [[50.0 * acceptance, 50.0] for _ in range(11)]
+        controller.outcomes = {(4, 0): 3}  # three probes that kept nothing: the budget is spent
+        controller.wait = 2 * controller.backoff  # not the first back-off
+        assert controller.choose() == 0 and controller.chosen[-1][1] == "target faster"
+        return controller.idle
+
+    never, half = back_off(0.0), back_off(0.45)
+    assert never >= 50 and half <= never / 2, (never, half)

@@ -93,7 +93,8 @@ class DraftLength:
             answer's first tokens are often mispredicted) must not silence a drafter that pays, when finding out
             costs little. Probes that accept a draft or two cost about what the target alone would have, so they
             spend little of it; rounds that paid extend it. Where a probe is dear (a drafter step near a target
-            step) the budget runs out after a probe or two and the back-off spaces probes out.
+            step) the budget runs out after a probe or two and the back-off spaces probes out by what a probe is
+            expected to lose at the acceptance seen so far (`probe_share`).
 
     Drafting k tokens is priced as `first + (k - 1) * step`: `step` is one drafter decode forward, `first` the rest of
     a round's drafting (its first forward, which re-feeds the verified tokens and refreshes the cache, and the loop's
@@ -188,10 +189,14 @@ class DraftLength:
             # While this call's drafting has lost little to the target alone, look again soon (`explore_steps`).
             if self._explored() < self.explore_steps * self.verify_cost(1):
                 return self._back_off(self.backoff)
-            # Otherwise probes are spaced so that a probe's loss (over the target alone, were nothing accepted) stays
-            # within `probe_share` of the time spent decoding alone; the spacing also doubles while probes keep losing.
-            loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.verify_cost(1))
-            spacing = math.ceil(loss / (self.probe_share * max(self.verify_cost(1), 1e-9)))
+            # Otherwise probes are spaced so that a probe's expected loss (over the target alone, at the acceptance
+            # estimated so far, idle evidence included) stays within `probe_share` of the time spent decoding alone;
+            # the spacing also doubles while probes keep losing. (Priced as if nothing were accepted, a probe at ~32K
+            # in bf16 spaced probes ~80 rounds apart as soon as the budget ran out, even where the drafter had started
+            # to predict the answer: `python -m benchmarks.draft_length_traces`, resumed calls.)
+            v1 = self.verify_cost(1)
+            loss = max(0.0, self.draft_seconds(first) + self.verify_cost(first + 1) - self.expected_tokens(first) * v1)
+            spacing = math.ceil(loss / (self.probe_share * max(v1, 1e-9)))
             # (The first back-off is short: early estimates rest on a round or two.)
             rounds = self.wait if self.wait == self.backoff else min(max(self.wait, spacing), self.max_backoff)
             self.wait = min(2 * self.wait, self.max_backoff)
