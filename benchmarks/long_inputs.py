@@ -13,7 +13,8 @@ those records instead of paying a long prefill per run. Every stage resumes: wha
 the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes
 (`--resume` continues a file; without it a run starts afresh). The prompt forwards' own costs are recorded once per
 prompt (`prefill_seconds`). `table` renders a `speed` folder (and writes `<folder>/table.md`); `make main` is
-`speed` at ~4K inputs followed by `table`.
+`speed` at ~4K inputs followed by `table`. `matched` compares two drafting settings prompt by prompt, also at matched
+host speed (`cost_matched`: this CPU's speed drifts between a prompt's runs).
 """
 
 from __future__ import annotations
@@ -322,6 +323,58 @@ def _speed_rows(rows: list[dict]) -> str:
     return pipe_table(headers, table) + "\n"
 
 
+def cost_matched(folder: Path, a: str, b: str) -> str:
+    """
+    Setting `a` over setting `b`, per prompt of a `speed` folder: tokens/s as measured, and at matched host speed.
+    A prompt's runs are a minute or more apart and this host's speed drifts by up to ~20% between them (the same
+    rounds take longer in one row than in the other), so the ratio is also scaled by how much dearer `a`'s rounds
+    were than `b`'s rounds of the same size: the median seconds (drafting plus verification, each row's first round
+    left out) of the rounds drafting the longest length that both rows drafted at least 3 times. Without such rounds a
+    prompt's matched ratio is `-`. Means per task follow the table.
+    """
+    from rift_hf.experiments.tables import pipe_table
+
+    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    by = {(r["prompt"], r["setting"]): r for r in rows}
+    if not any(s == a for _, s in by) or not any(s == b for _, s in by):
+        raise ValueError(f"{folder} has no rows of {a!r} or {b!r}; its settings: {sorted({s for _, s in by})}.")
+
+    def seconds_by_length(row) -> dict:
+        out = {}
+        rounds = zip(row["drafted"], row["round_draft_seconds"], row["round_verify_seconds"], strict=True)
+        for k, draft, verify in list(rounds)[1:]:
+            out.setdefault(k, []).append(draft + verify)
+        return out
+
+    body, per_task = [], {}
+    for prompt in dict.fromkeys(r["prompt"] for r in rows):
+        ra, rb = by.get((prompt, a)), by.get((prompt, b))
+        if not ra or not rb:
+            continue
+        measured = ra["tokens_per_s"] / rb["tokens_per_s"]
+        sa, sb = seconds_by_length(ra), seconds_by_length(rb)
+        shared = [k for k in sa if k and k in sb and len(sa[k]) >= 3 and len(sb[k]) >= 3]
+        matched = factor = None
+        if shared:
+            k = max(shared)
+            factor = statistics.median(sa[k]) / statistics.median(sb[k])
+            matched = measured * factor
+        per_task.setdefault(ra["task"], []).append((measured, matched))
+        cells = [f"{factor:.3f}", f"{matched:.3f}"] if shared else ["-", "-"]
+        body.append([prompt, f"{measured:.3f}", *cells])
+    text = f"`{a}` over `{b}` ({Path(folder).name}):\n\n"
+    text += pipe_table(["prompt", "measured", "a's rounds / b's (same size)", "at matched host speed"], body) + "\n"
+    for task, pairs in per_task.items():
+        matched = [m for _, m in pairs if m is not None]
+        text += f"- `{task}`: measured mean {statistics.mean(x for x, _ in pairs):.3f} over {len(pairs)} prompts; "
+        text += (
+            f"at matched host speed {statistics.mean(matched):.3f} over the {len(matched)} with shared rounds\n"
+            if matched
+            else "no prompt with shared rounds\n"
+        )
+    return text
+
+
 def speed_plot(folders: list[Path], out: Path, over: str = "transformers") -> Path:
     """
     Speed-up over `over` (transformers' assisted generation, or the target alone) against input length: one panel
@@ -413,6 +466,11 @@ def main(argv=None) -> None:
     table.add_argument("folder", type=Path)
     table.add_argument("--readme", type=Path, help="write the table into this file's block (--block)")
     table.add_argument("--block", default="decode-phase")
+    matched = sub.add_parser("matched", help="setting A over setting B per prompt, also at matched host speed")
+    matched.add_argument("folder", type=Path)
+    matched.add_argument("a")
+    matched.add_argument("b")
+    matched.add_argument("--out", type=Path, help="default: <folder>/matched.md")
     plot = sub.add_parser("plot", help="speed-up against input length from several `speed` folders (PNG)")
     plot.add_argument("folders", type=Path, nargs="+")
     plot.add_argument("--over", default="transformers", choices=["transformers", "target"])
@@ -420,6 +478,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.command == "plot":
         print(speed_plot(args.folders, args.out, args.over))
+        return
+    if args.command == "matched":
+        text = cost_matched(args.folder, args.a, args.b)
+        (args.out or args.folder / "matched.md").write_text(text)
+        print(text)
         return
     if args.command == "table":
         text = speed_table(args.folder)

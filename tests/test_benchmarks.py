@@ -412,3 +412,19 @@ def test_replay_check_finds_committed_rows_identical_and_names_a_changed_one(tmp
     assert [(r["prompt"], r["policy"]) for r in changed["rows"] if r["differs"]] == [
         (rows[1]["prompt"], rows[1]["policy"])
     ]
+
+
+def test_cost_matched_scales_a_ratio_by_the_hosts_speed_on_rounds_of_one_size(tmp_path):
+    from benchmarks.long_inputs import cost_matched
+
+    def row(setting, tokens_per_s, per_round):
+        return {"prompt": "repeat:x", "task": "repeat", "setting": setting, "tokens_per_s": tokens_per_s,
+                "drafted": [4] + [11] * 4, "round_draft_seconds": [9.0] + [per_round / 2] * 4,
+                "round_verify_seconds": [9.0] + [per_round / 2] * 4}  # fmt: skip
+
+    rows = [row("a", 3.0, 1.2), row("b", 4.0, 1.0)]  # a's rounds 20% dearer: the host was slower during a's run
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    text = cost_matched(tmp_path, "a", "b")
+    assert "| 0.750 " in text and "| 1.200 " in text and "| 0.900 " in text, text
+    with pytest.raises(ValueError, match="no rows"):
+        cost_matched(tmp_path, "a", "c")
