@@ -92,7 +92,9 @@ SETS = {
     ),
     # The default policy's own acceptance at ~32K (rift-dyn, int4 store): the rounds of a constant 11 in a bf16 speed
     # run on an AMX Xeon (`speed-32000in-128tok-bf16-amx-explore-net`, four of the 32k-bf16 set's prompts per regime),
-    # priced with that run's per-round seconds (medians by size over both of its drafting settings).
+    # priced with that run's per-round seconds (medians by size over both of its drafting settings, each row's first
+    # round left out: the verification sizes seen 14 times or more; the step from the 11- and 1-draft rounds'
+    # drafting seconds, `first` the 1-draft rounds').
     "32k-bf16-rift-dyn": TraceSet(
         "tune",
         "benchmarks/results/long/qwen-coder/speed-32000in-128tok-bf16-amx-explore-net/rows.jsonl",

@@ -251,7 +251,7 @@ def speed_table(folder: Path) -> str:
     same prompt, same run), drafter KV peak, output = target alone. With several prompts per regime, the same per
     regime after.
     """
-    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    rows = _read_rows(folder)
     prefill = [r["prefill_seconds"] for r in rows if r["setting"] == "target"]
     first = rows[0]
     lengths = sorted({r["input_tokens"] for r in rows})
@@ -274,6 +274,11 @@ def speed_table(folder: Path) -> str:
             mine = [r for r in rows if r["task"] == task]
             text += f"\n`{task}` ({len({r['prompt'] for r in mine})} prompts):\n\n" + _speed_rows(mine)
     return text
+
+
+def _read_rows(folder: Path) -> list[dict]:
+    """The rows of a `speed` folder (`<folder>/rows.jsonl`), in the order they were run."""
+    return [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
 
 
 def _cell(values, fmt="{:.2f}") -> str:
@@ -326,7 +331,7 @@ def _speed_rows(rows: list[dict]) -> str:
 def cost_matched(folder: Path, a: str, b: str) -> str:
     """
     Setting `a` over setting `b`, per prompt of a `speed` folder: tokens/s as measured, and at matched host speed.
-    A prompt's runs are a minute or more apart and this host's speed drifts by up to ~20% between them (the same
+    A prompt's runs are a minute or more apart and this host's speed drifted by up to 20% between them (the same
     rounds take longer in one row than in the other), so the ratio is also scaled by how much dearer `a`'s rounds
     were than `b`'s rounds of the same size: the median seconds (drafting plus verification, each row's first round
     left out) of the rounds drafting the longest length that both rows drafted at least 3 times. Without such rounds a
@@ -334,10 +339,15 @@ def cost_matched(folder: Path, a: str, b: str) -> str:
     """
     from rift_hf.experiments.tables import pipe_table
 
-    rows = [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    rows = _read_rows(folder)
     by = {(r["prompt"], r["setting"]): r for r in rows}
-    if not any(s == a for _, s in by) or not any(s == b for _, s in by):
-        raise ValueError(f"{folder} has no rows of {a!r} or {b!r}; its settings: {sorted({s for _, s in by})}.")
+    drafting = sorted({r["setting"] for r in rows if "round_draft_seconds" in r})
+    for setting in (a, b):
+        if setting not in drafting:
+            raise ValueError(
+                f"{folder} has no rows of {setting!r} with per-round seconds; name two of its rift settings: "
+                f"{drafting} (the target alone and transformers' own assisted generation record no rounds)."
+            )
 
     def seconds_by_length(row) -> dict:
         out = {}
@@ -388,7 +398,7 @@ def speed_plot(folders: list[Path], out: Path, over: str = "transformers") -> Pa
 
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for folder in folders for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    rows = [row for folder in folders for row in _read_rows(folder)]
     base = {(r["prompt"], r["input_tokens"], r.get("linear", "torch")): r for r in rows if r["setting"] == over}
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False, sharey=True)
