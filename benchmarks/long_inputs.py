@@ -11,7 +11,9 @@ those records instead of paying a long prefill per run. Every stage resumes: wha
 
 `speed` runs, per prompt and in one process, the target alone and each assisted setting from the same records, timing
 the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes
-(`--resume` continues a file; without it a run starts afresh). The prompt forwards' own costs are recorded once per
+(`--resume` continues a file; without it a run starts afresh). `--passes N` runs each prompt's settings N times,
+every other pass in reverse order; the tables sum the passes, so a drift of the host's speed weighs every setting
+alike. The prompt forwards' own costs are recorded once per
 prompt (`prefill_seconds`). `table` renders a `speed` folder (and writes `<folder>/table.md`); `make main` is
 `speed` at ~4K inputs followed by `table`. `matched` compares two drafting settings prompt by prompt, also at matched
 host speed (`cost_matched`: this CPU's speed drifts between a prompt's runs).
@@ -158,15 +160,20 @@ def run_speed(args) -> None:
     if rows_path.exists() and not args.resume:
         rows_path.unlink()  # a fresh measurement (--resume continues the file instead)
     if rows_path.exists():
-        done = {(r["prompt"], r["setting"]) for r in map(json.loads, rows_path.read_text().splitlines())}
-    todo = [(p, s) for p in prompts for s in args.settings if (p.name, s) not in done]
+        done = {
+            (r["prompt"], r["setting"], r.get("pass", 0)) for r in map(json.loads, rows_path.read_text().splitlines())
+        }
+    # Every other pass runs a prompt's settings in reverse (A B C, C B A): a drift of the host's speed that is linear in
+    # time then weighs every setting alike once the passes are summed (`_merge_passes`).
+    order = [(i, args.settings if i % 2 == 0 else args.settings[::-1]) for i in range(args.passes)]
+    todo = [(p, s, i) for p in prompts for i, these in order for s in these if (p.name, s, i) not in done]
     cache, cached_for = None, None
     alone = {}  # prompt -> the target alone's new tokens, from this file
     if rows_path.exists():
         for row in map(json.loads, rows_path.read_text().splitlines()):
             if row["setting"] == "target":
                 alone[row["prompt"]] = row["new_ids"]
-    for prompt, setting in tqdm(todo, desc="decode-phase runs"):
+    for prompt, setting, run_pass in tqdm(todo, desc="decode-phase runs"):
         if cached_for != prompt.name:
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
             cache = None  # the previous prompt's records go before the next are made (GBs at 32K)
@@ -177,6 +184,7 @@ def run_speed(args) -> None:
                 shutil.rmtree(folder, ignore_errors=True)  # held in memory for this prompt's runs
         gen = {"max_new_tokens": args.new_tokens, "min_new_tokens": args.new_tokens}
         row = {"prompt": prompt.name, "task": prompt.task, "setting": setting, "input_tokens": prompt.tokens}
+        row["pass"] = run_pass
         label, drafting = split_drafting(setting)
         # All of them restored after the run: the heuristic schedule writes its last length back into the config.
         saved = {name: getattr(draft.generation_config, name) for name in DRAFTING}
@@ -268,6 +276,20 @@ def speed_table(folder: Path) -> str:
         f"{_cell([p['draft'] for p in prefill], '{:.0f}')} s) and every run started from them. Drafting share: the "
         "drafter's time over the decode phase's (the rest is the target's verification and the loop).\n\n"
     )
+    passes = max(len(r["passes"]) for r in rows)
+    if passes > 1:
+        drift = [
+            max(p["seconds"] for p in r["passes"]) / min(p["seconds"] for p in r["passes"]) - 1
+            for r in rows
+            if r["setting"] == "target" and len(r["passes"]) > 1
+        ]
+        head += (
+            f"{passes} passes per prompt, every other one in reverse order (tokens/s over all of them); the target "
+            f"alone's seconds on a prompt differed between its passes by {_cell([100 * d for d in drift], '{:.1f}')}%"
+            " (the host's drift).\n\n"
+            if drift
+            else f"{passes} passes per prompt, every other one in reverse order (tokens/s over all of them).\n\n"
+        )
     text = head + _speed_rows(rows)
     if len(prompts) > len(tasks) > 1:  # several prompts in each of several regimes
         for task in tasks:
@@ -277,8 +299,31 @@ def speed_table(folder: Path) -> str:
 
 
 def _read_rows(folder: Path) -> list[dict]:
-    """The rows of a `speed` folder (`<folder>/rows.jsonl`), in the order they were run."""
-    return [json.loads(line) for line in (Path(folder) / "rows.jsonl").read_text().splitlines()]
+    """
+    The rows of a `speed` folder (`<folder>/rows.jsonl`), one per prompt and setting, in the order they first ran. The
+    passes of a `--passes` run are merged: tokens/s over all of them (seconds and drafting seconds summed: with every
+    other pass reversed, a drift of the host's speed that is linear in time weighs every setting alike), AL averaged,
+    the output equal to the target alone's only if every pass's was; the rows merged are kept in `passes`.
+    """
+    merged = {}
+    for line in (Path(folder) / "rows.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        key = (row["prompt"], row["setting"])
+        if key not in merged:
+            merged[key] = dict(row, passes=[row])
+            continue
+        into = merged[key]
+        parts = into["passes"]
+        parts.append(row)
+        into["seconds"] = sum(p["seconds"] for p in parts)
+        into["tokens_per_s"] = sum(p["output_tokens"] for p in parts) / into["seconds"]
+        if row.get("draft_seconds") is not None:
+            into["draft_seconds"] = sum(p["draft_seconds"] for p in parts)
+        if row.get("al") is not None:
+            into["al"] = statistics.mean(p["al"] for p in parts)
+        same = [p.get("same_as_target") for p in parts]
+        into["same_as_target"] = None if None in same else all(same)
+    return list(merged.values())
 
 
 def _cell(values, fmt="{:.2f}") -> str:
@@ -351,9 +396,10 @@ def cost_matched(folder: Path, a: str, b: str) -> str:
 
     def seconds_by_length(row) -> dict:
         out = {}
-        rounds = zip(row["drafted"], row["round_draft_seconds"], row["round_verify_seconds"], strict=True)
-        for k, draft, verify in list(rounds)[1:]:
-            out.setdefault(k, []).append(draft + verify)
+        for part in row["passes"]:
+            rounds = zip(part["drafted"], part["round_draft_seconds"], part["round_verify_seconds"], strict=True)
+            for k, draft, verify in list(rounds)[1:]:
+                out.setdefault(k, []).append(draft + verify)
         return out
 
     body, per_task = [], {}
@@ -467,6 +513,13 @@ def main(argv=None) -> None:
         help="sdpa_gqa: on a CPU, verifications attend the key/value heads in place (rift_hf.cpu.gqa_attention); "
         "sdpa: transformers' own, which copies them when there is a mask",
     )
+    speed.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="run each prompt's settings this many times, every other pass in reverse order (A B C, C B A): the "
+        "tables sum the passes, so a drift of the host's speed weighs every setting alike",
+    )
     speed.add_argument("--out", type=Path, required=True)
     speed.add_argument("--resume", action="store_true", help="continue <out>/rows.jsonl instead of starting afresh")
     speed.add_argument(
@@ -503,6 +556,8 @@ def main(argv=None) -> None:
 
             write_into_readme(text, args.readme, args.block)
         return
+    if args.command == "speed" and args.passes < 1:
+        parser.error(f"--passes must be >= 1, got {args.passes}.")
     args.prefills = args.prefills or prefills_root()
     if "OMP_NUM_THREADS" in os.environ:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

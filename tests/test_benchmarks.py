@@ -290,6 +290,24 @@ def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
     long_inputs.main(["plot", str(out), "--out", str(tmp_path / "speed.png")])
     assert (tmp_path / "speed.png").stat().st_size > 10_000
 
+    # Passes: every other one in reverse order, summed in the tables (one row per prompt and setting).
+    out = tmp_path / "passes"
+    args = ["speed", *common, "--settings", "target,page-round", "--out", str(out), "--gamma", "3", "--passes", "3"]
+    long_inputs.main(args)
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    first = [(r["setting"], r["pass"]) for r in rows if r["prompt"] == rows[0]["prompt"]]
+    assert first == [("target", 0), ("page-round", 0), ("page-round", 1), ("target", 1), ("target", 2),
+                     ("page-round", 2)]  # fmt: skip
+    merged = long_inputs._read_rows(out)
+    assert len(merged) == 4 and all(len(r["passes"]) == 3 and r["same_as_target"] for r in merged)
+    mine = [r for r in rows if (r["prompt"], r["setting"]) == (merged[1]["prompt"], merged[1]["setting"])]
+    assert merged[1]["tokens_per_s"] == pytest.approx(
+        sum(r["output_tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+    )
+    assert "3 passes per prompt" in long_inputs.speed_table(out)
+    long_inputs.main([*args, "--resume"])  # nothing left to run
+    assert len((out / "rows.jsonl").read_text().splitlines()) == 12
+
 
 def test_draft_length_simulation_writes_every_case_against_the_best_constant(tmp_path):
     from benchmarks import draft_length_sim
@@ -428,3 +446,11 @@ def test_cost_matched_scales_a_ratio_by_the_hosts_speed_on_rounds_of_one_size(tm
     assert "| 0.750 " in text and "| 1.200 " in text and "| 0.900 " in text, text
     with pytest.raises(ValueError, match="no rows"):
         cost_matched(tmp_path, "a", "c")
+
+    # Two passes (a b, b a): tokens/s over both, every pass's rounds priced.
+    rows = [row("a", 3.0, 1.2), row("b", 4.0, 1.0), row("b", 4.0, 1.0), row("a", 3.0, 1.4)]
+    for r, seconds in zip(rows, (40.0, 32.0, 32.0, 60.0), strict=True):
+        r.update(output_tokens=128, seconds=seconds)
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    text = cost_matched(tmp_path, "a", "b")
+    assert "| 0.640 " in text and "| 1.300 " in text and "| 0.832 " in text, text
