@@ -13,10 +13,10 @@ those records instead of paying a long prefill per run. Every stage resumes: wha
 the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes
 (`--resume` continues a file; without it a run starts afresh). `--passes N` runs each prompt's settings N times,
 every other pass in reverse order; the tables sum the passes, so a drift of the host's speed weighs every setting
-alike. The prompt forwards' own costs are recorded once per
-prompt (`prefill_seconds`). `table` renders a `speed` folder (and writes `<folder>/table.md`); `make main` is
-`speed` at ~4K inputs followed by `table`. `matched` compares two drafting settings prompt by prompt, also at matched
-host speed (`cost_matched`: this CPU's speed drifts between a prompt's runs).
+alike. The prompt forwards' own costs are recorded once per prompt (`prefill_seconds`). `table` renders a `speed`
+folder (and writes `<folder>/table.md`); `make main` is `speed` at ~4K inputs followed by `table`. `matched` compares
+two drafting settings prompt by prompt, also at matched host speed (`cost_matched`: this CPU's speed drifts between a
+prompt's runs).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def run_speed(args) -> None:
             (r["prompt"], r["setting"], r.get("pass", 0)) for r in map(json.loads, rows_path.read_text().splitlines())
         }
     # Every other pass runs a prompt's settings in reverse (A B C, C B A): a drift of the host's speed that is linear in
-    # time then weighs every setting alike once the passes are summed (`_merge_passes`).
+    # time then weighs every setting alike once the passes are summed (`_read_rows`).
     order = [(i, args.settings if i % 2 == 0 else args.settings[::-1]) for i in range(args.passes)]
     todo = [(p, s, i) for p in prompts for i, these in order for s in these if (p.name, s, i) not in done]
     cache, cached_for = None, None
