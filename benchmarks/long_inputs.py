@@ -156,23 +156,16 @@ def run_speed(args) -> None:
     prompts = _prompts(tokenizer, args)
     rows_path = args.out / "rows.jsonl"
     rows_path.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
     if rows_path.exists() and not args.resume:
         rows_path.unlink()  # a fresh measurement (--resume continues the file instead)
-    if rows_path.exists():
-        done = {
-            (r["prompt"], r["setting"], r.get("pass", 0)) for r in map(json.loads, rows_path.read_text().splitlines())
-        }
+    earlier = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
+    done = {(r["prompt"], r["setting"], r.get("pass", 0)) for r in earlier}
     # Every other pass runs a prompt's settings in reverse (A B C, C B A): a drift of the host's speed that is linear in
     # time then weighs every setting alike once the passes are summed (`_read_rows`).
     order = [(i, args.settings if i % 2 == 0 else args.settings[::-1]) for i in range(args.passes)]
     todo = [(p, s, i) for p in prompts for i, these in order for s in these if (p.name, s, i) not in done]
     cache, cached_for = None, None
-    alone = {}  # prompt -> the target alone's new tokens, from this file
-    if rows_path.exists():
-        for row in map(json.loads, rows_path.read_text().splitlines()):
-            if row["setting"] == "target":
-                alone[row["prompt"]] = row["new_ids"]
+    alone = {r["prompt"]: r["new_ids"] for r in earlier if r["setting"] == "target"}  # the target alone's new tokens
     for prompt, setting, run_pass in tqdm(todo, desc="decode-phase runs"):
         if cached_for != prompt.name:
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
@@ -283,13 +276,11 @@ def speed_table(folder: Path) -> str:
             for r in rows
             if r["setting"] == "target" and len(r["passes"]) > 1
         ]
-        head += (
-            f"{passes} passes per prompt, every other one in reverse order (tokens/s over all of them); the target "
-            f"alone's seconds on a prompt differed between its passes by {_cell([100 * d for d in drift], '{:.1f}')}%"
-            " (the host's drift).\n\n"
-            if drift
-            else f"{passes} passes per prompt, every other one in reverse order (tokens/s over all of them).\n\n"
-        )
+        head += f"{passes} passes per prompt, every other one in reverse order (tokens/s over all of them)"
+        if drift:
+            head += "; the target alone's seconds on a prompt differed between its passes by "
+            head += f"{_cell([100 * d for d in drift], '{:.1f}')}% (the host's drift)"
+        head += ".\n\n"
     text = head + _speed_rows(rows)
     if len(prompts) > len(tasks) > 1:  # several prompts in each of several regimes
         for task in tasks:
