@@ -16,6 +16,12 @@ changes a little; the replay's is used.) A controller then drafts along the outp
 Each set is played twice: with a fresh controller per prompt, and with the prompts as one model's successive
 `generate` calls (each resuming the last call's controller, as in the speed runs and a user's session).
 
+The costs are the same every round unless `--noise-seeds N`: then each round's verification and drafting seconds are
+multiplied by factors drawn (seeded) from how far real rounds strayed from their typical cost on one host
+(`cost_noise`: an AVX2 EPYC's speed runs, where rounds varied most; a round took up to 2x its row's median). The
+controller sees the noisy seconds, the constant lengths and the target alone pay the same round's factors, and the
+rows are the means over the N seeds (the lowest prompt: the lowest over them).
+
 Trace sets: `tune` (what the controller's settings were chosen on) and `eval` (looked at only to report). Costs per
 set: seconds per drafted token and a verification curve (tokens -> seconds, the loop included), from the speed runs
 named beside each (`benchmarks/results/long/qwen-coder/...`, page-round drafting a constant 11).
@@ -28,8 +34,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import random
 import statistics
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from rift_hf.experiments.tables import pipe_table
@@ -116,6 +125,40 @@ SETS = {
 }
 
 
+# Speed runs whose rounds give the cost noise of `--noise-seeds` (`cost_noise`).
+NOISE_FROM = (
+    "benchmarks/results/long/qwen-coder/speed-8192in-128tok-passes-2026-12-06-amd/rows.jsonl",
+    "benchmarks/results/long/qwen-coder/speed-32000in-128tok-fp32-amd-passes/rows.jsonl",
+)
+
+
+def cost_noise(paths=NOISE_FROM, least: int = 5) -> list[float]:
+    """How far one round's cost strays from its typical value: each round's verification seconds over the median of
+    its row's rounds that verified as many tokens (sizes seen `least` times or more in a row; a row's first round, which
+    holds warm-up, left out)."""
+    ratios = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "round_verify_seconds" not in row:  # the target alone's rows, and rows from before rounds were timed
+                continue
+            by_size = defaultdict(list)
+            for drafted, seconds in list(zip(row["drafted"], row["round_verify_seconds"], strict=True))[1:]:
+                by_size[drafted].append(seconds)
+            for seconds in (s for s in by_size.values() if len(s) >= least):
+                typical = statistics.median(seconds)
+                ratios += [x / typical for x in seconds]
+    if not ratios:
+        raise ValueError(f"No round costs to draw noise from in {list(paths)}: they need speed rows with rounds.")
+    return ratios
+
+
+def noise_draws(ratios: list[float], seed: int, rounds: int = 512) -> list[tuple[float, float]]:
+    """Per round, factors for its verification and its drafting seconds, drawn with replacement from `ratios`."""
+    rng = random.Random(seed)
+    return [(rng.choice(ratios), rng.choice(ratios)) for _ in range(rounds)]
+
+
 def runs_from(accepted: list[int], gamma: int = GAMMA) -> list[int]:
     """Per output position, the drafts a round starting there would accept (capped at `gamma`)."""
     starts, position = [], 0
@@ -134,11 +177,18 @@ def runs_from(accepted: list[int], gamma: int = GAMMA) -> list[int]:
 
 
 def play(
-    runs: list[int], trace: TraceSet, new_tokens: int, choose, refresh: float = 0.0, look: float | None = None
+    runs: list[int],
+    trace: TraceSet,
+    new_tokens: int,
+    choose,
+    refresh: float = 0.0,
+    look: float | None = None,
+    noise: list | None = None,
 ) -> tuple[float, list[int]]:
     """Tokens per second of drafting along `runs` until `new_tokens` are emitted; `choose` is a DraftLength, an int
     (a constant length) or None; `refresh`: seconds a round's first forward adds to a step (the policy's refresh).
     `look`: seconds of a look, taken wherever the controller `wants_look` (`benchmarks/draft_length_looks.py`).
+    `noise`: per round, factors on its verification and drafting seconds (`noise_draws`; cycled).
     Returns the rate and the lengths drafted."""
     controller = choose if isinstance(choose, DraftLength) else None
     position = tokens = 0
@@ -150,13 +200,14 @@ def play(
             controller.looked()
             seconds += look
             idle = []
+        on_verify, on_draft = noise[len(lengths) % len(noise)] if noise else (1.0, 1.0)
         k = controller.choose() if controller else choose
         k = min(k, new_tokens - tokens - 1) if k else 0
         n = min(k, runs[position] if position < len(runs) else 0)
-        forwards = [trace.step] * k
+        forwards = [trace.step * on_draft] * k
         if forwards:
-            forwards[0] += refresh  # the round's first forward refreshes the selection
-        verify = piecewise_linear(sorted(trace.curve), k + 1)
+            forwards[0] += refresh * on_draft  # the round's first forward refreshes the selection
+        verify = piecewise_linear(sorted(trace.curve), k + 1) * on_verify
         if controller is not None:
             if k and idle and hasattr(controller, "observe_idle"):
                 # The round's first forward re-feeds what the target emitted alone: its drafter's predictions there,
@@ -197,24 +248,31 @@ def play_calls(prompts: dict, trace: TraceSet, new_tokens: int, make, refresh: f
     return played
 
 
-def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None, starts=("fresh", "resumed")) -> list[dict]:
+def evaluate(
+    new_tokens: int, make=DraftLength, sets=SETS, player=None, starts=("fresh", "resumed"), noise=None
+) -> list[dict]:
     """One row per trace set, start (`play_calls`) and regime: the controller against the target alone and the
-    constant lengths (`player`: how the controller drafts along a trace, `play` by default)."""
-    player = player or play
+    constant lengths (`player`: how the controller drafts along a trace, `play` by default; `noise`: per-round cost
+    factors, `noise_draws`, that every setting pays alike)."""
+    if noise is not None and player is not None:
+        raise ValueError("noise= is played by the default player only; leave player= out to use it.")
+    player = player or partial(play, noise=noise)
     rows = []
     for name, trace in sets.items():
         prompts, refresh = load(trace)
         if trace.first is not None:
             refresh = trace.first - trace.step
-        alone = 1 / piecewise_linear(sorted(trace.curve), 1)
         calls = {start: play_calls(prompts, trace, new_tokens, make, refresh, player, start) for start in starts}
         for start, regime in ((s, g) for s in starts for g in ("repeat", "continue")):
             chosen = {p: r for p, r in prompts.items() if p.startswith(regime + ":")}
             if not chosen:
                 continue
             constant = {
-                k: [play(r, trace, new_tokens, k, refresh)[0] for r in chosen.values()] for k in range(GAMMA + 1)
+                k: [play(r, trace, new_tokens, k, refresh, noise=noise)[0] for r in chosen.values()]
+                for k in range(GAMMA + 1)
             }
+            # the target alone: constant[0] (one-token rounds), which pays the rounds' noise too
+            alone = constant[0] if noise else [1 / piecewise_linear(sorted(trace.curve), 1)] * len(chosen)
             best = max(constant, key=lambda k: statistics.mean(constant[k]))
             played = [calls[start][p] for p in chosen]
             rate = [r for r, _ in played]
@@ -226,17 +284,35 @@ def evaluate(new_tokens: int, make=DraftLength, sets=SETS, player=None, starts=(
                     "regime": regime,
                     "prompts": len(chosen),
                     "best_constant": best,
-                    "vs_target": statistics.mean(r / alone for r in rate),
-                    "lowest_vs_target": min(r / alone for r in rate),
+                    "vs_target": statistics.mean(r / a for r, a in zip(rate, alone, strict=True)),
+                    "lowest_vs_target": min(r / a for r, a in zip(rate, alone, strict=True)),
                     "vs_constant_11": statistics.mean(r / c for r, c in zip(rate, constant[GAMMA], strict=True)),
                     "vs_best_constant": statistics.mean(r / c for r, c in zip(rate, constant[best], strict=True)),
-                    "constant_11_vs_target": statistics.mean(c / alone for c in constant[GAMMA]),
+                    "constant_11_vs_target": statistics.mean(
+                        c / a for c, a in zip(constant[GAMMA], alone, strict=True)
+                    ),
                     "mean_length": statistics.mean(statistics.mean(lengths) for _, lengths in played),
                     "refresh_seconds": refresh,
                     "costs_from": trace.costs_from,
                 }
             )
     return rows
+
+
+def evaluate_noisy(new_tokens: int, seeds: int, make=DraftLength, sets=SETS, ratios=None) -> list[dict]:
+    """`evaluate` once per seed of cost noise (`noise_draws` from `ratios`, `cost_noise()` by default), merged: the
+    means over the seeds, the lowest prompt over all of them, the best constant chosen most often."""
+    ratios = cost_noise() if ratios is None else ratios
+    runs = [evaluate(new_tokens, make, sets, noise=noise_draws(ratios, seed)) for seed in range(seeds)]
+    merged = []
+    for rows in zip(*runs, strict=True):
+        row = dict(rows[0], noise_seeds=seeds)
+        for key in ("vs_target", "vs_constant_11", "vs_best_constant", "constant_11_vs_target", "mean_length"):
+            row[key] = statistics.mean(r[key] for r in rows)
+        row["lowest_vs_target"] = min(r["lowest_vs_target"] for r in rows)
+        row["best_constant"] = Counter(r["best_constant"] for r in rows).most_common(1)[0][0]
+        merged.append(row)
+    return merged
 
 
 def table(rows: list[dict]) -> str:
@@ -256,11 +332,19 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument(
+        "--noise-seeds",
+        type=int,
+        default=0,
+        help="play each set this many times with seeded per-round cost noise (`cost_noise`) and average; 0: none",
+    )
     args = parser.parse_args(argv)
-    if args.new_tokens < 1:
-        raise SystemExit("--new-tokens must be positive.")
-    rows = evaluate(args.new_tokens)
+    if args.new_tokens < 1 or args.noise_seeds < 0:
+        raise SystemExit("--new-tokens must be positive and --noise-seeds at least 0.")
+    rows = evaluate_noisy(args.new_tokens, args.noise_seeds) if args.noise_seeds else evaluate(args.new_tokens)
     record = {"date": datetime.date.today().isoformat(), "new_tokens": args.new_tokens, "rows": rows}
+    if args.noise_seeds:
+        record |= {"noise_seeds": args.noise_seeds, "noise_from": list(NOISE_FROM)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "draft-length-traces.json").write_text(json.dumps(record, indent=1) + "\n")
     text = table(rows)

@@ -349,6 +349,36 @@ def test_draft_length_traces_follow_the_replayed_rounds(tmp_path):
     assert any(rates[s, "fresh", g] != rates[s, "resumed", g] for s, _, g in pairs)
 
 
+def test_draft_length_traces_with_cost_noise_charge_every_setting_alike(tmp_path):
+    from benchmarks import draft_length_traces as traces
+
+    # noise: each round's verification over its row's median at that size (sizes seen `least` times; first round out)
+    rows = tmp_path / "rows.jsonl"
+    row = {"drafted": [4, 3, 3, 3, 0, 0], "round_verify_seconds": [9.0, 1.0, 2.0, 3.0, 0.5, 0.5]}
+    rows.write_text(json.dumps(row) + "\n" + json.dumps({"setting": "target"}) + "\n")
+    assert sorted(traces.cost_noise([rows], least=2)) == [0.5, 1.0, 1.0, 1.0, 1.5]
+    with pytest.raises(ValueError, match="No round costs"):
+        traces.cost_noise([rows], least=4)
+    draws = traces.noise_draws([0.5, 2.0], seed=1, rounds=6)
+    assert draws == traces.noise_draws([0.5, 2.0], seed=1, rounds=6) and {f for d in draws for f in d} <= {0.5, 2.0}
+    # a round pays its factors: on the verification and on every drafter forward
+    trace = traces.TraceSet("tune", "", "p", 0.1, ((1, 1.0), (4, 1.3)), "")
+    assert traces.play([0] * 8, trace, 8, 0, noise=[(2.0, 1.0)])[0] == 0.5
+    rate, _ = traces.play([3] * 8, trace, 8, 3, noise=[(1.0, 3.0), (2.0, 1.0)])
+    assert rate == pytest.approx(8 / ((0.9 + 1.3) + (0.3 + 2.6)))
+    with pytest.raises(ValueError, match="default player"):
+        traces.evaluate(8, player=traces.play, noise=draws)
+    traces.main(["--new-tokens", "48", "--noise-seeds", "2", "--out", str(tmp_path / "noisy")])
+    traces.main(["--new-tokens", "48", "--out", str(tmp_path / "clean")])
+    noisy, clean = (json.loads((tmp_path / d / "draft-length-traces.json").read_text()) for d in ("noisy", "clean"))
+    assert noisy["noise_seeds"] == 2 and noisy["noise_from"] == list(traces.NOISE_FROM)
+    assert all(r["noise_seeds"] == 2 for r in noisy["rows"]) and len(noisy["rows"]) == len(clean["rows"])
+    assert [r["vs_target"] for r in noisy["rows"]] != [r["vs_target"] for r in clean["rows"]]
+    # the target alone pays the noise too: a constant 11 against it stays near its noise-free ratio
+    for a, b in zip(noisy["rows"], clean["rows"], strict=True):
+        assert abs(a["constant_11_vs_target"] / b["constant_11_vs_target"] - 1) < 0.1, (a, b)
+
+
 def test_a_look_ends_a_back_off_and_decides_from_what_it_saw(tmp_path):
     from benchmarks import draft_length_looks as looks
     from benchmarks import draft_length_traces as traces
