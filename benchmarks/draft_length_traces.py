@@ -18,7 +18,8 @@ Each set is played twice: with a fresh controller per prompt, and with the promp
 
 The costs are the same every round unless `--noise-seeds N`: then each round's verification and drafting seconds are
 multiplied by factors drawn (seeded) from how far real rounds strayed from their typical cost on one host
-(`cost_noise`: an AVX2 EPYC's speed runs, where rounds varied most; a round took up to 2x its row's median). The
+(`cost_noise`: the verifications of an AVX2 EPYC's speed runs, where rounds varied most, up to 2x their row's median;
+the drafting factors are drawn from the same ratios, as drafting was not timed per forward). The
 controller sees the noisy seconds, the constant lengths and the target alone pay the same round's factors, and the
 rows are the means over the N seeds (the lowest prompt: the lowest over them).
 
@@ -154,7 +155,8 @@ def cost_noise(paths=NOISE_FROM, least: int = 5) -> list[float]:
 
 
 def noise_draws(ratios: list[float], seed: int, rounds: int = 512) -> list[tuple[float, float]]:
-    """Per round, factors for its verification and its drafting seconds, drawn with replacement from `ratios`."""
+    """Per round, factors for its verification and its drafting seconds, drawn independently and with replacement from
+    `ratios`."""
     rng = random.Random(seed)
     return [(rng.choice(ratios), rng.choice(ratios)) for _ in range(rounds)]
 
