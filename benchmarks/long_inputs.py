@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -164,6 +165,14 @@ def run_speed(args) -> None:
     # time then weighs every setting alike once the passes are summed (`_read_rows`).
     order = [(i, args.settings if i % 2 == 0 else args.settings[::-1]) for i in range(args.passes)]
     todo = [(p, s, i) for p in prompts for i, these in order for s in these if (p.name, s, i) not in done]
+    if not args.drop_prefills:
+        # The missing prompt forwards first, each beside the two models alone: at ~32K in fp32 one computed after
+        # another prompt's runs in the same process ran out of 24 GB (2026-12-06); the runs then load them from disk.
+        for prompt in {p.name: p for p, _, _ in todo}.values():
+            folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
+            if not (folder / "draft.safetensors").is_file():
+                ensure_prompt_cache(target, draft, prompt, folder, args.window)
+                gc.collect()
     cache, cached_for = None, None
     alone = {r["prompt"]: r["new_ids"] for r in earlier if r["setting"] == "target"}  # the target alone's new tokens
     for prompt, setting, run_pass in tqdm(todo, desc="decode-phase runs"):

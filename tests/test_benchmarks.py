@@ -309,6 +309,28 @@ def test_long_inputs_prefill_speed_and_table_on_the_tiny_preset(tmp_path):
     assert len((out / "rows.jsonl").read_text().splitlines()) == 12
 
 
+def test_long_inputs_speed_computes_missing_prompt_forwards_before_any_run(tmp_path, monkeypatch):
+    from benchmarks import long_inputs
+    from rift_hf.generation import decode
+
+    events = []
+    ensure, generate = long_inputs.ensure_prompt_cache, decode.generate_from
+
+    def ensuring(target, draft, prompt, folder, window):
+        events.append(("load" if (folder / "draft.safetensors").is_file() else "compute", prompt.name))
+        return ensure(target, draft, prompt, folder, window)
+
+    monkeypatch.setattr(long_inputs, "ensure_prompt_cache", ensuring)
+    monkeypatch.setattr(decode, "generate_from", lambda *a, **k: (events.append(("run", None)), generate(*a, **k))[1])
+    common = ["--preset", "tiny-random", "--input-tokens", "160", "--new-tokens", "4", "--per-task", "1"]
+    common += ["--targets", str(tmp_path / "targets"), "--prefills", str(tmp_path / "prefills"), "--window", "4"]
+    common += ["--settings", "target,page-round", "--gamma", "2"]
+    long_inputs.main(["speed", *common, "--out", str(tmp_path / "s")])
+    kinds = [kind for kind, _ in events]
+    assert kinds[:2] == ["compute", "compute"] and "compute" not in kinds[2:], events
+    assert kinds.count("run") == 4 and kinds.count("load") == 2  # each prompt's runs load its forwards from disk
+
+
 def test_draft_length_simulation_writes_every_case_against_the_best_constant(tmp_path):
     from benchmarks import draft_length_sim
 
