@@ -168,6 +168,7 @@ def run_speed(args) -> None:
     if not args.drop_prefills:
         # The missing prompt forwards first, each beside the two models alone: at ~32K in fp32 one computed after
         # another prompt's runs in the same process ran out of 24 GB (2026-12-06); the runs then load them from disk.
+        # (With --drop-prefills each is still computed where its runs start, so that one at a time is on disk.)
         for prompt in {p.name: p for p, _, _ in todo}.values():
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
             if not (folder / "draft.safetensors").is_file():
