@@ -346,7 +346,10 @@ def main(argv=None) -> None:
     rows = evaluate_noisy(args.new_tokens, args.noise_seeds) if args.noise_seeds else evaluate(args.new_tokens)
     record = {"date": datetime.date.today().isoformat(), "new_tokens": args.new_tokens, "rows": rows}
     if args.noise_seeds:
-        record |= {"noise_seeds": args.noise_seeds, "noise_from": list(NOISE_FROM)}
+        ratios = sorted(cost_noise())
+        spread = {"count": len(ratios), "median": statistics.median(ratios), "max": ratios[-1]}
+        spread["p95"] = statistics.quantiles(ratios, n=20)[-1]
+        record |= {"noise_seeds": args.noise_seeds, "noise_from": list(NOISE_FROM), "noise_ratios": spread}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "draft-length-traces.json").write_text(json.dumps(record, indent=1) + "\n")
     text = table(rows)

@@ -394,6 +394,8 @@ def test_draft_length_traces_with_cost_noise_charge_every_setting_alike(tmp_path
     traces.main(["--new-tokens", "48", "--out", str(tmp_path / "clean")])
     noisy, clean = (json.loads((tmp_path / d / "draft-length-traces.json").read_text()) for d in ("noisy", "clean"))
     assert noisy["noise_seeds"] == 2 and noisy["noise_from"] == list(traces.NOISE_FROM)
+    spread = noisy["noise_ratios"]
+    assert spread["count"] == len(traces.cost_noise()) and spread["median"] <= spread["p95"] <= spread["max"]
     assert all(r["noise_seeds"] == 2 for r in noisy["rows"]) and len(noisy["rows"]) == len(clean["rows"])
     assert [r["vs_target"] for r in noisy["rows"]] != [r["vs_target"] for r in clean["rows"]]
     # the target alone pays the noise too: a constant 11 against it stays near its noise-free ratio
