@@ -51,9 +51,14 @@ from rift_hf.replay import (
 TARGETS = Path("benchmarks/results/targets")
 
 
+def has_prompt_cache(folder: Path) -> bool:
+    """Whether `folder` holds a prompt's recorded forwards (the drafter's file is written last)."""
+    return (folder / "draft.safetensors").is_file()
+
+
 def ensure_prompt_cache(target, draft, prompt, folder: Path, window: int) -> PromptCache:
     """The prompt's cache from `folder`, computed and saved there first when missing."""
-    if (folder / "draft.safetensors").is_file():
+    if has_prompt_cache(folder):
         cache = PromptCache.load(folder)
         if cache.draft.backend == "rift":  # recorded as PromptCache.compute records it: on the "rift" backend
             use_rift_attention(draft, RiftConfig(policy="rift-stat", window=window))
@@ -77,7 +82,7 @@ def run_prefill(args) -> None:
         record = cached_target_output(
             args.targets, args.preset, prompt.name, prompt.input_ids, args.new_tokens, target.dtype
         )
-        if record is not None and (folder / "draft.safetensors").is_file():
+        if record is not None and has_prompt_cache(folder):
             continue
         cache = None  # the previous prompt's records go before the next are made (GBs at 32K)
         cache = ensure_prompt_cache(target, draft, prompt, folder, args.window)
@@ -171,7 +176,7 @@ def run_speed(args) -> None:
         # (With --drop-prefills each is still computed where its runs start, so that one at a time is on disk.)
         for prompt in {p.name: p for p, _, _ in todo}.values():
             folder = prefill_folder(args.prefills, args.preset, prompt, target.dtype)
-            if not (folder / "draft.safetensors").is_file():
+            if not has_prompt_cache(folder):
                 ensure_prompt_cache(target, draft, prompt, folder, args.window)
                 gc.collect()
     cache, cached_for = None, None
