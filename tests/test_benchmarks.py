@@ -436,6 +436,52 @@ def test_a_look_ends_a_back_off_and_decides_from_what_it_saw(tmp_path):
     assert probe == traces.evaluate(48)
 
 
+def test_draft_length_variants_each_change_one_thing_and_today_is_the_simulators_own(tmp_path):
+    from benchmarks import draft_length_sim as sim
+    from benchmarks import draft_length_traces as traces
+    from benchmarks import draft_length_variants as variants
+
+    def after(controller, rounds):
+        """`controller` after `rounds` of (drafted, accepted); a drafter step 0.1 s, n tokens verified 0.5 + 0.1 n s."""
+        for drafted, accepted in rounds:
+            assert controller.choose() == drafted, controller.chosen
+            forwards = [0.1] * drafted
+            controller.observe(drafted, accepted, sum(forwards), 0.5 + 0.1 * (drafted + 1), forwards)
+        return controller
+
+    # calibrate 4 (3 kept), the target alone, a draft of 4 rejected at once, then 1 kept: today drafts 2 next, and
+    # `grow-after-full` two more than the round that kept all it drafted
+    rounds = [(4, 3), (0, 0), (4, 0), (1, 1)]
+    today, grow = (after(make(max_length=11), rounds) for make in (variants.VARIANTS["today"], variants.GrowAfterFull))
+    assert today.choose() == 2 and grow.choose() == 3 and grow.chosen[-1] == (3, "grow")
+    # ... but not after a round that kept only some of its drafts
+    some = rounds[:3]
+    assert (
+        after(traces.DraftLength(max_length=11), some).choose()
+        == after(variants.GrowAfterFull(max_length=11), some).choose()
+    )
+    # a first round that accepts nothing: counted today, not by `forgive-first`
+    blind, forgiving = (after(make(max_length=11), [(4, 0)]) for make in (traces.DraftLength, variants.ForgiveFirst))
+    assert blind.accepted[0][1] > 0 and forgiving.accepted[0][1] == 0
+    # harder pooling pulls a rejected position towards the pooled rate
+    rounds = [(4, 4), (0, 0), (11, 2)]
+    soft, hard = (after(make(max_length=11), rounds) for make in (traces.DraftLength, variants.PooledHarder))
+    assert soft.acceptance()[2] < hard.acceptance()[2] < hard.acceptance()[0]
+    variants.main(["--variants", "today,backoff-2", "--new-tokens", "48", "--noise-seeds", "1", "--sim-seeds", "1",
+                   "--out", str(tmp_path)])  # fmt: skip
+    record = json.loads((tmp_path / "draft-length-variants.json").read_text())
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert set(rows) == {"today", "backoff-2"} and rows["today"]["sim_worst_change"] == 0
+    cases = [c["vs_best_constant"] for c in sim.simulate([40, 256], 1)]
+    assert rows["today"]["sim_mean"] == pytest.approx(sum(cases) / len(cases))
+    clean = variants.summarise(traces.evaluate(48), "tune")
+    assert all(rows["today"][f"clean_tune_{k}"] == v for k, v in clean.items())
+    assert rows["backoff-2"]["noisy_eval_repeat_vs_11"] > 0
+    assert "backoff-2" in (tmp_path / "draft-length-variants.md").read_text()
+    with pytest.raises(SystemExit, match="Unknown variants"):
+        variants.main(["--variants", "today,nope", "--out", str(tmp_path)])
+
+
 def test_verify_cost_times_both_backends_and_puts_the_target_back(tmp_path):
     from benchmarks import verify_cost
 
