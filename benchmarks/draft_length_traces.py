@@ -115,6 +115,20 @@ SETS = {
         first=0.121,
         setting="rift-dyn@tokens_ahead=128,store_dtype=int4",
     ),
+    # The default at ~32K in fp32 on an AVX2 EPYC, `repeat` only (5 prompts): the rounds of a constant 11 in
+    # `speed-32000in-128tok-fp32-amd-repeat-passes-5`, priced as that run measured them (medians by size over both
+    # drafting settings and passes, each row's first round left out: the verification sizes seen 14 times or more;
+    # the step from the 11- and 1-draft rounds' drafting seconds, `first` the 1-draft rounds').
+    "32k-fp32-rift-dyn": TraceSet(
+        "eval",
+        "benchmarks/results/long/qwen-coder/speed-32000in-128tok-fp32-amd-repeat-passes-5/rows.jsonl",
+        "rift-dyn",
+        0.198,
+        ((1, 1.165), (5, 2.251), (12, 2.621)),
+        "speed-32000in-128tok-fp32-amd-repeat-passes-5 (round_draft_seconds / round_verify_seconds)",
+        first=0.306,
+        setting="rift-dyn@tokens_ahead=128,store_dtype=int4",
+    ),
     "4k-fp32": TraceSet(
         "eval",
         f"{E1}/replay-4096in-512tok-8per-task/4x/rows.jsonl",
