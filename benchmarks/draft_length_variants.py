@@ -109,13 +109,13 @@ def compare(names: list[str], new_tokens: int, seeds: int, sim_seeds: int) -> li
     """Per variant: the simulator's cases (mean and lowest of controller / best constant, and the largest fall of one
     case against today's controller) and, per trace half, the clean and noisy traces' summaries (`summarise`)."""
     ratios = traces.cost_noise() if seeds else []
-    today = [c["vs_best_constant"] for c in sim.simulate([40, 256], sim_seeds)]
+    simulated = {n: [c["vs_best_constant"] for c in sim.simulate([40, 256], sim_seeds, make=VARIANTS[n])]
+                 for n in dict.fromkeys(["today", *names])}  # fmt: skip
     rows = []
     for name in names:
-        make = VARIANTS[name]
-        cases = [c["vs_best_constant"] for c in sim.simulate([40, 256], sim_seeds, make=make)]
+        make, cases = VARIANTS[name], simulated[name]
         row = {"variant": name, "sim_mean": statistics.mean(cases), "sim_lowest": min(cases)}
-        row["sim_worst_change"] = min(c - t for c, t in zip(cases, today, strict=True))
+        row["sim_worst_change"] = min(c - t for c, t in zip(cases, simulated["today"], strict=True))
         played = {"clean": traces.evaluate(new_tokens, make)}
         if seeds:
             played["noisy"] = traces.evaluate_noisy(new_tokens, seeds, make, ratios=ratios)
