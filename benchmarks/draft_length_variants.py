@@ -15,6 +15,8 @@ Variants (each changes one thing):
   at one position says little about that position in particular).
 - `forgive-first`: a first round that accepts nothing teaches nothing about acceptance (an answer's first token is
   often mispredicted).
+- `fading-prices`: a verification size's price leans on the line through the other sizes' prices, more as its own
+  observations age (one slow verification of a size not drafted since otherwise prices it high for good).
 
 Writes `<--out>/draft-length-variants.json` and a markdown table beside it (`benchmarks/results/` by default).
 """
@@ -25,14 +27,14 @@ import argparse
 import datetime
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from benchmarks import draft_length_sim as sim
 from benchmarks import draft_length_traces as traces
 from rift_hf.experiments.tables import pipe_table
-from rift_hf.generation.draft_length import DraftLength
+from rift_hf.generation.draft_length import DraftLength, LinearCost, piecewise_linear
 
 
 @dataclass
@@ -83,12 +85,37 @@ class ForgiveFirst(DraftLength):
             super()._observe_acceptance(drafted, accepted)
 
 
+@dataclass
+class FadingCost(LinearCost):
+    """Each observed size's mean leans on the line through the other sizes' means, with `pseudo` pseudo-observations:
+    a size verified often keeps its own price, one whose observations have decayed takes its neighbours'."""
+
+    pseudo: float = 0.3
+
+    def __call__(self, size: int) -> float:
+        points = sorted((x, s / w, w) for x, (s, w) in self.sums.items() if w > 0)
+        faded = []
+        for x, mean, weight in points:
+            others = [(a, b) for a, b, _ in points if a != x]
+            near = piecewise_linear(others, x) if others else mean
+            faded.append((x, (weight * mean + self.pseudo * near) / (weight + self.pseudo)))
+        return piecewise_linear(faded, size)
+
+
+@dataclass
+class FadingPrices(DraftLength):
+    """Verification priced by `FadingCost`."""
+
+    verify_cost: LinearCost = field(default_factory=FadingCost)
+
+
 VARIANTS = {
     "today": DraftLength,
     "grow-after-full": GrowAfterFull,
     "backoff-2": partial(DraftLength, backoff=2),
     "pooled-8": PooledHarder,
     "forgive-first": ForgiveFirst,
+    "fading-prices": FadingPrices,
 }
 
 

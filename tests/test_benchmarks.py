@@ -474,6 +474,15 @@ def test_draft_length_variants_each_change_one_thing_and_today_is_the_simulators
     rounds = [(4, 4), (0, 0), (11, 2)]
     soft, hard = (after(make(max_length=11), rounds) for make in (traces.DraftLength, variants.PooledHarder))
     assert soft.acceptance()[2] < hard.acceptance()[2] < hard.acceptance()[0]
+    # one slow verification of 12 tokens, then many of 6 and 1: today it prices 12 for good, `fading-prices` leans on
+    # the other sizes once its weight has decayed
+    stale, fading = traces.DraftLength(max_length=11).verify_cost, variants.FadingCost()
+    for cost in (stale, fading):
+        cost.observe(12, 2.0)
+        for _ in range(20):
+            cost.observe(6, 0.6)
+            cost.observe(1, 0.5)
+    assert stale(12) == pytest.approx(2.0) and fading(12) < 0.7 and fading(6) == pytest.approx(0.6, rel=0.1)
     variants.main(["--variants", "today,backoff-2", "--new-tokens", "48", "--noise-seeds", "1", "--sim-seeds", "1",
                    "--out", str(tmp_path)])  # fmt: skip
     record = json.loads((tmp_path / "draft-length-variants.json").read_text())
