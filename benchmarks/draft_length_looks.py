@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import draft_length_traces as traces
+from rift_hf.experiments.records import write_record
 from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength
 
@@ -106,8 +106,6 @@ def main(argv=None) -> None:
         rows += [{"variant": name, **row} for row in traces.evaluate(args.new_tokens, make=make, player=play)]
     record = {"date": datetime.date.today().isoformat(), "new_tokens": args.new_tokens,
               "look_scale": args.look_scale, "rows": rows}  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "draft-length-looks.json").write_text(json.dumps(record, indent=1) + "\n")
     headers = ["variant", "set", "half", "regime", "controller / target", "lowest / target", "controller / 11",
                "controller / best constant (k)"]  # fmt: skip
     body = [
@@ -115,9 +113,7 @@ def main(argv=None) -> None:
          f"{r['vs_constant_11']:.2f}", f"{r['vs_best_constant']:.2f} ({r['best_constant']})"]
         for r in rows
     ]  # fmt: skip
-    text = pipe_table(headers, body) + "\n"
-    (args.out / "draft-length-looks.md").write_text(text)
-    print(text)
+    write_record(args.out, "draft-length-looks", record, pipe_table(headers, body) + "\n")
 
 
 if __name__ == "__main__":

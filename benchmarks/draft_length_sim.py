@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from rift_hf.experiments.records import write_record
 from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength, piecewise_linear
 
@@ -161,11 +161,7 @@ def main(argv=None) -> None:
         raise SystemExit("--rounds and --seeds must be positive.")
     rows = simulate(args.rounds, args.seeds)
     record = {"date": datetime.date.today().isoformat(), "rows": rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "draft-length-sim.json").write_text(json.dumps(record, indent=1) + "\n")
-    text = table(rows)
-    (args.out / "draft-length-sim.md").write_text(text)
-    print(text)
+    write_record(args.out, "draft-length-sim", record, table(rows))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from rift_hf.experiments.records import write_record
 from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength, piecewise_linear
 
@@ -364,11 +365,7 @@ def main(argv=None) -> None:
         spread = {"count": len(ratios), "median": statistics.median(ratios), "max": max(ratios)}
         spread["p95"] = statistics.quantiles(ratios, n=20)[-1]
         record |= {"noise_seeds": args.noise_seeds, "noise_from": list(NOISE_FROM), "noise_ratios": spread}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "draft-length-traces.json").write_text(json.dumps(record, indent=1) + "\n")
-    text = table(rows)
-    (args.out / "draft-length-traces.md").write_text(text)
-    print(text)
+    write_record(args.out, "draft-length-traces", record, table(rows))
 
 
 if __name__ == "__main__":

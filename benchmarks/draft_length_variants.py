@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 from dataclasses import dataclass, field
 from functools import partial
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from benchmarks import draft_length_sim as sim
 from benchmarks import draft_length_traces as traces
+from rift_hf.experiments.records import write_record
 from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength, LinearCost, piecewise_linear
 
@@ -189,11 +189,7 @@ def main(argv=None) -> None:
     rows = compare(names, args.new_tokens, args.noise_seeds, args.sim_seeds)
     record = {"date": datetime.date.today().isoformat(), "new_tokens": args.new_tokens,
               "noise_seeds": args.noise_seeds, "sim_seeds": args.sim_seeds, "rows": rows}  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "draft-length-variants.json").write_text(json.dumps(record, indent=1) + "\n")
-    text = table(rows)
-    (args.out / "draft-length-variants.md").write_text(text)
-    print(text)
+    write_record(args.out, "draft-length-variants", record, table(rows))
 
 
 if __name__ == "__main__":

@@ -140,6 +140,15 @@ def check_resumable(row: dict, settings: dict, where: str) -> None:
         )
 
 
+def write_record(out: Path, name: str, record: dict, table: str) -> None:
+    """A benchmark's record as `<out>/<name>.json` and its table as `<out>/<name>.md` (the folder made first); prints
+    the table."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / f"{name}.md").write_text(table)
+    print(table)
+
+
 def machine() -> str:
     """The accelerator's name, or the CPU's: architecture, model, widest matrix instructions, threads. Machines of one
     name differ (an AVX2 AMD CPU and an AMX Xeon ran this project's CPU figures), so records say which one ran."""
