@@ -129,6 +129,18 @@ class RiftConfig:
             per draft position; up to the drafter's `num_assistant_tokens`), and lets the target decode alone when no
             length beats it (`rift_hf.generation.draft_length`); `"fixed"` keeps transformers' schedule
             (`num_assistant_tokens`, `num_assistant_tokens_schedule`), as acceptance measurements need.
+        step_aside (`bool`, defaults to `True`): with `draft_length="auto"`, time the target alone for the first two
+            rounds and let it decode the whole call alone (the drafter never runs) when speculation cannot repay the
+            drafter's prompt pass in the tokens left (`rift_hf.generation.payoff`; `last_stats(...).stepped_aside`).
+            False always drafts.
+        prompt_chunk (`int`, defaults to 0): read the prompt into the drafter's cache in chunks of this many tokens,
+            the policy choosing its working set after each, instead of in one forward over the whole prompt
+            (`rift_hf.cache.reading`): the drafter then never holds more than its working set plus one chunk at full
+            precision, and its attention over the prompt costs time linear in the prompt. Its keys and values are
+            then approximate, which costs acceptance, never correctness. 0 reads the prompt in one forward.
+        prompt_budget (`int` or `float`, *optional*): with `prompt_chunk`, the working set a store policy reads with
+            (tokens, or a fraction of the prompt; at most `budget`); its real working set is chosen from the store
+            once the prompt is read. Policies without a store read with `budget`. Defaults to `budget`.
         compile (`bool`, defaults to `False`): in assisted generation, draft through a `torch.compile`d one-token
             step over the fixed-size working set (`rift_hf.generation.compiled`; inductor on a CPU, CUDA graphs on
             a GPU); the round's first forward, commits and refreshes stay eager. For the policies whose working set
@@ -177,6 +189,9 @@ class RiftConfig:
     kv_equal_bytes: bool | str = False
     selection_head: str | None = None
     draft_length: str = "auto"
+    step_aside: bool = True
+    prompt_chunk: int = 0
+    prompt_budget: int | float | None = None
     compile: bool = False
 
     def __post_init__(self):
@@ -221,7 +236,7 @@ class RiftConfig:
                 f"`kv_equal_bytes` must be True, False or one of {', '.join(EQUAL_BYTES_DTYPES)} (count the budget's "
                 f"bytes as if the model ran in that dtype), got {self.kv_equal_bytes!r}."
             )
-        for name in ("track_attention_mass", "attend_in_place", "compile"):
+        for name in ("track_attention_mass", "attend_in_place", "compile", "step_aside"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.selection_head is not None:
@@ -247,6 +262,7 @@ class RiftConfig:
             )
         for name in ("store_group_size", "store_residual", "kv_group_size"):
             positive_int(name, getattr(self, name))
+        self._check_reading()
         if self.draft_length not in ("auto", "fixed"):
             raise ValueError(
                 f"`draft_length` must be 'auto' (cost-aware, per round) or 'fixed' (transformers' "
@@ -257,6 +273,34 @@ class RiftConfig:
             self._check_compile()
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
+
+    def _check_reading(self) -> None:
+        """`prompt_chunk` (0 or a chunk of at least the observation window) and `prompt_budget` (like `budget`)."""
+        chunk = self.prompt_chunk
+        if isinstance(chunk, bool) or not isinstance(chunk, int):
+            raise TypeError(f"`prompt_chunk` must be an int (tokens per chunk, 0 for one forward), got {chunk!r}.")
+        least = self.window if self.is_scored else 1  # a scored policy chooses with a chunk's last `window` queries
+        if chunk < 0 or 0 < chunk < least:
+            raise ValueError(
+                f"`prompt_chunk` must be 0 (read the prompt in one forward) or at least {least} tokens (policy "
+                f"{self.policy!r} chooses with a chunk's last `window` queries), got {chunk}."
+            )
+        if chunk and self.kv_dtype is not None:
+            raise ValueError(
+                "A chunked prompt pass (`prompt_chunk`) chooses among full-precision rows; drop `kv_dtype` or set "
+                "prompt_chunk=0."
+            )
+        reading = self.prompt_budget
+        if reading is None:
+            return
+        if not chunk:
+            raise ValueError("`prompt_budget` sizes the working set of a chunked prompt pass; set `prompt_chunk` too.")
+        if isinstance(reading, bool) or not isinstance(reading, (int, float)):
+            raise TypeError(f"`prompt_budget` must be an int (tokens), a float in (0, 1) or None, got {reading!r}.")
+        if isinstance(reading, float) and not 0.0 < reading < 1.0:
+            raise ValueError(f"A float `prompt_budget` is a fraction of the prompt in (0, 1), got {reading}.")
+        if isinstance(reading, int) and reading <= 0:
+            raise ValueError(f"`prompt_budget` must be a positive number of tokens, got {reading}.")
 
     def _check_compile(self) -> None:
         """`compile=True` needs a working set of fixed size that the compiled step can read and write as it is."""

@@ -38,6 +38,7 @@ from transformers.generation.logits_process import MinNewTokensLengthLogitsProce
 
 from ._compat import CACHE
 from .cache import RiftCache
+from .cache.reading import chunk_plan, read_prompt
 from .config import RiftConfig
 from .generation.candidate import draft_entropy, use_rift_attention
 from .generation.stats import RiftStats
@@ -323,8 +324,8 @@ def replay(
     cache = RiftCache(draft.config, config)
     cache.activate_past_recording()
     stats = RiftStats(policy=config.policy, rescorings=cache.events)
-    if prefill is not None and not prefill.serves(draft, config.window):
-        prefill = None
+    if prefill is not None and (not prefill.serves(draft, config.window) or chunk_plan(cache, prompt, prompt - 1)):
+        prefill = None  # recorded for another backend or window, or a whole pass where this policy reads in chunks
     cur = prompt
     with torch.no_grad():
         while cur < prompt + produced:
@@ -342,6 +343,8 @@ def replay(
                     load_prefill(cache, prefill)
                     logits = prefill.logits
                 else:
+                    if cached == 0:  # a chunked prompt pass reads all but the last token, as in real runs
+                        cached = read_prompt(draft, cache, sequence[:, :cur], cur - 1, mask)
                     logits = _forward(draft, sequence[:, cached:cur], cached, cache, 1, mask)
                 if drafted > 1:
                     # Teacher forcing: the target's tokens stand where the drafts were; a chunk past the end of the

@@ -19,6 +19,7 @@ def _deterministic():
     from rift_hf.generation import candidate
 
     candidate._LEARNT.clear()  # draft-length costs learnt by one test must not steer the next
+    candidate._PAYOFFS.clear()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield

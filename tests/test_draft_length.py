@@ -172,7 +172,10 @@ def test_auto_draft_length_is_lossless_and_reported(policy):
         handle.remove()
     assert torch.equal(out, plain)
     stats = rift_hf.last_stats(target)
-    assert stats.draft_lengths[:2] == [4, 0] and stats.rounds_without_drafting >= 1
+    # Two rounds time the target alone (the step-aside rule, which finds drafting pays here), then the controller.
+    assert not stats.stepped_aside and stats.payoff["speculate"]
+    assert [r["reason"] for r in stats.rounds[:2]] == ["target first", "target first"]
+    assert stats.draft_lengths[:4] == [0, 0, 4, 0] and stats.rounds_without_drafting >= 3
     assert all("verify_seconds" in r and "reason" in r for r in stats.rounds)
 
 
@@ -191,7 +194,7 @@ def test_drafting_resumes_where_it_pays():
         handle.remove()
     assert torch.equal(out, target.generate(ids, **gen))
     rounds = rift_hf.last_stats(target).rounds
-    assert [r["reason"] for r in rounds[:2]] == ["calibrate", "calibrate"]
+    assert [r["reason"] for r in rounds[:4]] == ["target first", "target first", "calibrate", "calibrate"]
     assert sum(r["reason"] == "best rate" and r["drafted"] > 0 for r in rounds) >= len(rounds) // 2
 
 
@@ -244,8 +247,9 @@ def test_costs_carry_over_between_generate_calls_on_the_same_models():
     target, draft = draft_target_pair("llama", gamma=6)
     ids = make_prompt(40, seed=5)
     gen = {"max_new_tokens": 24, "min_new_tokens": 24, "do_sample": False}
+    config = {"policy": "page-round", "step_aside": False}  # the controller alone, whatever drafting costs here
     for call in range(2):
-        target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="page-round", **gen)
+        target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
         reasons = [r["reason"] for r in rift_hf.last_stats(target).rounds]
         assert reasons[0] == "calibrate" and (call == 0) == (reasons[1] == "calibrate")
 
@@ -314,7 +318,8 @@ def test_after_rounds_without_drafting_the_drafter_drops_its_rejected_drafts_and
 
     monkeypatch.setattr(candidate.RiftCandidateGenerator, "_generate_candidates", spy)
     gen = {"max_new_tokens": 48, "min_new_tokens": 48, "do_sample": False}
-    out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config="full", **gen)
+    config = {"policy": "full", "step_aside": False}  # the scripted controller from the first round
+    out = target.generate(ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen)
     assert torch.equal(out, target.generate(ids, **gen))
     rounds = rift_hf.last_stats(target).rounds
     assert any(r["drafted"] and r["accepted"] < r["drafted"] for r in rounds)  # some drafts were rejected

@@ -208,7 +208,7 @@ def test_a_fractional_budget_below_the_window_shrinks_the_window(llama_pair):
         max_new_tokens=4,
         do_sample=False,
         cache_implementation="rift",
-        cache_config=policy_settings("rift-stat", {"budget": 0.1, "window": 8}),
+        cache_config=policy_settings("rift-stat", {"budget": 0.1, "window": 8, "step_aside": False}),
     )
     assert torch.equal(out, target.generate(ids, max_new_tokens=4, do_sample=False))
     assert rift_hf.last_stats(target).budget == 4

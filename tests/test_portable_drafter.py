@@ -10,7 +10,7 @@ import rift_hf
 from rift_hf import RiftConfig
 from tiny import draft_target_pair, make_prompt
 
-CONFIG = {"policy": "rift-stat", "budget": 16, "window": 4}
+CONFIG = {"policy": "rift-stat", "budget": 16, "window": 4, "step_aside": False}  # drafts even where it cannot pay
 
 
 def _save(tmp_path):

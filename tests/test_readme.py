@@ -2,6 +2,7 @@
 
 import pathlib
 import re
+import time
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -22,6 +23,12 @@ def _char_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]")
 
 
+def _slow_target(module, _inputs):
+    """A forward pre-hook that makes the tiny pair's target (3 layers; the drafter has 2) cost more than it does."""
+    if module.__class__.__name__ == "LlamaForCausalLM" and module.config.num_hidden_layers == 3:
+        time.sleep(0.02)
+
+
 def test_quickstart_runs_verbatim(tmp_path, capsys):
     text = README.read_text()
     block = re.search(r"<!-- quickstart -->\s*```python\n(.*?)```", text, re.S)
@@ -35,8 +42,15 @@ def test_quickstart_runs_verbatim(tmp_path, capsys):
     assert names == ["Qwen/Qwen2.5-Coder-1.5B-Instruct"] * 2 + ["Qwen/Qwen2.5-Coder-0.5B-Instruct"]
     code = code.replace(names[0], str(tmp_path / "target")).replace(names[2], str(tmp_path / "draft"))
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    # The real target is ~3x its drafter's size; tiny random models are alike in cost, and the default would let the
+    # target decode alone (`stepped_aside`). A target forward made dearer stands in for the real pair's.
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(_slow_target)
+    try:
+        exec(compile(code, "README.md", "exec"), namespace)
+    finally:
+        handle.remove()
     stats, out, ids = namespace["stats"], namespace["out"], namespace["ids"]
+    assert not stats.stepped_aside
     assert sum(r["accepted"] + 1 for r in stats.rounds) == out.shape[1] - ids.shape[1] == 64
     # A quarter of the prompt, rounded down to what the policy lays out (page-retrieval: whole pages).
     assert stats.budget == rift_hf.RiftConfig(policy=stats.policy, budget=0.25).resolve_budget(ids.shape[1])
@@ -64,7 +78,11 @@ def test_the_pipeline_form_in_the_readme_runs():
     target, draft, _ = tiny_random_pair()
     pipe = pipeline("text-generation", model=target, tokenizer=_char_tokenizer(), assistant_model=draft)
     prompt = "def double(x):\n    return x * 2\n" * 4
-    out = pipe(prompt, max_new_tokens=16, cache_implementation="rift", do_sample=False)
+    handle = target.register_forward_pre_hook(_slow_target)  # a target dearer than its drafter, as real ones are
+    try:
+        out = pipe(prompt, max_new_tokens=16, cache_implementation="rift", do_sample=False)
+    finally:
+        handle.remove()
     assert out[0]["generated_text"].startswith(prompt)
     # the default policy (`auto`) as it resolved for this prompt
     assert rift_hf.last_stats(target).policy == rift_hf.RiftConfig().fitted(len(prompt)).policy == "page-round"

@@ -63,8 +63,12 @@ QUANTISED = [
 IN_ROUND = [(arch, "page-round", {"rechoose_after": 2, "block_size": 2}) for arch in ("llama", "gemma3", "qwen3_5")]
 IN_ROUND += [("llama", "page-round", {"rechoose_after": 0})]  # off: one choice per round
 
+# The chunked prompt pass (`prompt_chunk`): replay reads the prompt through the same chunks as the real loop.
+CHUNKED = [(arch, p, {"prompt_chunk": 8}) for arch in ("llama", "qwen3_5") for p in POLICIES if p != "full"]
+CHUNKED += [("gemma3", policy, {"prompt_chunk": 8, "prompt_budget": 9}) for policy in ("rift-dyn", "page-round")]
 
-@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND)
+
+@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND + CHUNKED)
 def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     if fields:
         pytest.importorskip("optimum.quanto")
@@ -85,6 +89,8 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     assert stats.acceptance_length == real_stats.acceptance_length
     assert stats.budget == real_stats.budget
     assert stats.peak_kv_bytes == real_stats.peak_kv_bytes
+    assert stats.peak_bytes == real_stats.peak_bytes
+    assert (real_stats.prompt_chunks > 0) == bool(fields.get("prompt_chunk"))
 
 
 @pytest.mark.parametrize("policy", ["full", "snapkv", "rift-dyn", "rift-ada"])

@@ -93,3 +93,28 @@ def undo_in_round(cache) -> None:
     for layer, selected in zip(cache.rift_layers, before, strict=True):
         if selected is not None and layer.selected is not selected:
             layer.reselect(selected)
+
+
+def commit_layers(cache, rollback: bool = False) -> None:
+    """
+    Commit every compressed layer of `cache` (a `RiftCache` past its budget's resolution): refresh the selection where
+    the policy's schedule says so (after a rollback only if the policy refreshes there: `Policy.refresh_at_rollback`),
+    and after every chunk of a prompt read in chunks (`cache.reading`), where a store policy chooses again.
+    """
+    first = cache.rift_layers[0]
+    seen, started, reading = first.seen, first.selected is not None, cache.reading is not None
+    rescore, reason, signals = False, "", None
+    if reading and started and cache.policy.keeps_store:
+        rescore = True
+    elif started and (not rollback or cache.policy.refresh_at_rollback) and seen > cache.budget:
+        rescore, reason, signals = cache.refresh.decide(seen, cache.rift_layers, cache.records_queries)
+    tick = time.perf_counter()
+    chosen = cache.policy.select_layers(cache.rift_layers, cache) if rescore else None
+    for i, layer in enumerate(cache.rift_layers):
+        layer.commit(rescore, None if chosen is None else chosen[i])
+    if rescore and not reading:  # choices made while reading are part of the prompt pass, not refreshes
+        if first.device is not None and torch.device(first.device).type == "cuda":
+            torch.cuda.synchronize(first.device)
+        cache.refresh.record(seen, time.perf_counter() - tick, reason, signals)
+    if rescore or (not started and first.selected is not None):
+        cache.refresh.restart(seen)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers.cache_utils import (
     DYNAMIC_LAYER_TYPE_MAPPING,
@@ -17,7 +15,8 @@ from ..config import RiftConfig
 from ..policies.selection_head import SelectionHead
 from ..storage import Quantizer, check_group_sizes
 from .layer import RiftLayer
-from .refresh import Refresh, choose_in_round, undo_in_round
+from .reading import PromptReading, reading_sizes
+from .refresh import Refresh, choose_in_round, commit_layers, undo_in_round
 from .retrieval_layer import RiftRetrievalLayer
 from .select_layer import RiftSelectLayer
 from .state_layer import RiftStateLayer
@@ -129,7 +128,9 @@ class RiftCache(Cache):
         self.budget: float = float("inf")
         self.recent = self.n_select = 0
         self.prompt_length: int | None = None
+        self.reading: PromptReading | None = None  # while a prompt is read in chunks (`reading.read_prompt`)
         self.record_past = False
+        self.peak_bytes = 0  # KV held (working sets and stores), at its largest: just before a commit
         # Commit points in assisted generation: the forward after a rollback (or the prefill) feeds only verified
         # tokens; its end (`_snapshot_length`) is where state layers snapshot and below which no rollback goes.
         self._snapshot_length: int | None = None
@@ -166,7 +167,8 @@ class RiftCache(Cache):
                 f"RiftCache supports batch size 1, got {key_states.shape[0]}: call generate once per prompt."
             )
         if isinstance(layer, RiftLayer) and self.prompt_length is None:
-            self._resolve_budget(layer.seen + key_states.shape[-2], key_states)
+            length = self.reading.length if self.reading else layer.seen + key_states.shape[-2]
+            self._resolve_budget(length, key_states)
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         if self._awaiting_verified and layer_idx == self._first_attention:
             self._snapshot_length = layer.get_seq_length()
@@ -179,6 +181,16 @@ class RiftCache(Cache):
         config, self.budget, self.recent, self.n_select = resolve_budget(self.config, prompt_length, like)
         use_policy(self, config)
         self.refresh.restart(prompt_length)
+        if self.reading and self.budget != float("inf"):
+            self.reading.final = (self.budget, self.recent, self.n_select)
+            self.budget, self.recent, self.n_select = reading_sizes(config, prompt_length, *self.reading.final)
+
+    def commit_chunk(self) -> None:
+        """A chunk of a prompt read in chunks was fed (`reading.read_prompt`): commit it, choosing the working set."""
+        self._verified_forward_done = False
+        self._commit()
+        if self.record_past:
+            self._await_verified_forward()
 
     def activate_past_recording(self, **_) -> None:
         # transformers 5.25 asks the target's cache to keep per-token recurrent states (`recurrent_states_to_keep`);
@@ -246,6 +258,8 @@ class RiftCache(Cache):
     def _commit(self, rollback: bool = False) -> None:
         """Commit every compressed layer; refresh the selection where the policy's schedule says so (after a rollback
         only if the policy refreshes there: `Policy.refresh_at_rollback`)."""
+        held = self.kv_bytes()  # what a commit is about to shrink: the peak since the last one
+        self.peak_bytes = max(self.peak_bytes, held["working"] + held["store"])
         for layer in self.sliding_layers:
             # Past recording keeps every row until transformers' first crop (after round one); rows before a commit
             # point are never rolled back, so they go now: a sliding layer holds its window from the first draft on.
@@ -253,22 +267,7 @@ class RiftCache(Cache):
                 layer.crop(0)
         if not self.rift_layers or self.prompt_length is None or self.budget == float("inf"):
             return
-        seen = self.rift_layers[0].seen
-        started = self.rift_layers[0].selected is not None
-        rescore, reason, signals = False, "", None
-        if started and (not rollback or self.policy.refresh_at_rollback) and seen > self.budget:
-            rescore, reason, signals = self.refresh.decide(seen, self.rift_layers, self.records_queries)
-        tick = time.perf_counter()
-        chosen = self.policy.select_layers(self.rift_layers, self) if rescore else None
-        for i, layer in enumerate(self.rift_layers):
-            layer.commit(rescore, None if chosen is None else chosen[i])
-        if rescore:
-            device = self.rift_layers[0].device
-            if device is not None and torch.device(device).type == "cuda":
-                torch.cuda.synchronize(device)
-            self.refresh.record(seen, time.perf_counter() - tick, reason, signals)
-        if rescore or (not started and self.rift_layers[0].selected is not None):
-            self.refresh.restart(seen)
+        commit_layers(self, rollback)
 
     def kv_bytes(self) -> dict[str, int]:
         """Bytes held now: `working` (what attention reads: compressed working sets and other attention layers)

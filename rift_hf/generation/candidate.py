@@ -18,10 +18,12 @@ from transformers.generation.logits_process import MinNewTokensLengthLogitsProce
 
 from .._compat import CACHE
 from ..cache import RiftCache
+from ..cache.reading import chunk_plan, read_prompt
 from ..config import RiftConfig
 from ..prefill import load_prefill
 from .compiled import CompiledDrafting
 from .draft_length import DraftLength
+from .payoff import Payoff
 from .stateful import VerifierCache
 from .stats import RiftStats
 
@@ -53,6 +55,15 @@ def draft_entropy(logits: torch.Tensor) -> list[float]:
 
 # target -> {drafter: the last call's DraftLength}: what the cost-aware draft length learnt, for the next call.
 _LEARNT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# target -> {drafter: the last call's Payoff}: what the step-aside rule learnt of the drafter's prompt pass.
+_PAYOFFS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _acceptance_seen(controller: DraftLength | None) -> tuple[float, float]:
+    """`(accepted, weighed)` over the draft positions a call's controller observed (decayed counts; 0, 0 before it
+    drafted)."""
+    seen = [] if controller is None else controller.accepted
+    return sum(a for a, _ in seen), sum(w for _, w in seen)
 
 
 def idle_runs(correct: list[bool]) -> list[tuple[int, int]]:
@@ -149,15 +160,24 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self._round_start = 0
         # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
         self.draft_length = None
+        # With it, the step-aside rule (`payoff.py`): the first two rounds time the target alone, then the call
+        # either drafts or leaves the target to decode alone (`stepped_aside`).
+        self.payoff: Payoff | None = None
+        self.target, self.stepped_aside, self._learnt_acceptance = target, False, (0.0, 0.0)
         if self.rift_config.draft_length == "auto":
             longest = max(1, int(self.num_assistant_tokens))
             learnt = None if target is None else _LEARNT.get(target, {}).get(assistant_model)
+            self._learnt_acceptance = _acceptance_seen(learnt)
             if learnt is not None and learnt.max_length == longest:
                 self.draft_length = learnt.resume()
             else:
                 self.draft_length = DraftLength(max_length=longest)
             if target is not None:
                 _LEARNT.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.draft_length
+            if target is not None and self.rift_config.step_aside:
+                earlier = _PAYOFFS.get(target, {}).get(assistant_model)
+                self.payoff = earlier.resume() if earlier is not None else Payoff()
+                _PAYOFFS.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.payoff
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
@@ -167,6 +187,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         from .decode import DRAFT_PREFILL
 
         prefill = DRAFT_PREFILL.get()
+        if prefill is not None and chunk_plan(self.cache, input_ids.shape[-1], input_ids.shape[-1] - 1):
+            prefill = None  # a recorded prompt forward is a whole pass: this policy reads the prompt in chunks itself
         if prefill is not None:
             scored = self.rift_config.is_scored or self.rift_config.track_attention_mass
             if scored and not prefill.serves(assistant_model, self.rift_config.window):
@@ -181,9 +203,15 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             load_prefill(self.cache, prefill)
             self.stats.prompt_load_seconds = time.perf_counter() - tick
             self._first_logits = prefill.logits
+            self.payoff = None  # the drafter's prompt pass is recorded, already paid: nothing to repay
 
     def get_candidates(self, input_ids, **kwargs):
-        if self.draft_length is not None:
+        if (self.payoff is not None and not self.payoff.ready) or self.stepped_aside:
+            self.num_assistant_tokens = 0  # timing the target alone, or stepped aside for the rest of the call
+        elif self.payoff is not None and self.payoff.estimate is None and not self._speculate(input_ids):
+            self.stepped_aside = self.stats.stepped_aside = True
+            self.num_assistant_tokens = 0
+        elif self.draft_length is not None:
             self.num_assistant_tokens = self.draft_length.choose()
         self._round_start = input_ids.shape[-1]
         candidates = super().get_candidates(input_ids, **kwargs)
@@ -246,6 +274,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
 
     def _generate_candidates(self, generation_args: dict):
         device = self.assistant_model.device
+        if self._first_logits is None and self.cache.get_seq_length() == 0:
+            self._read_prompt(generation_args[self.input_ids_key])
         _sync(device)
         tick = time.perf_counter()
         forwards, hooks = [], ()
@@ -295,6 +325,16 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         }
         return candidate_ids, candidate_logits
 
+    def _read_prompt(self, ids: torch.Tensor) -> None:
+        """A chunked prompt pass (`prompt_chunk`): all but the prompt's last token read into the cache in chunks (the
+        drafter's own `generate` then feeds that one and drafts); nothing when the policy reads it in one forward."""
+        tick = time.perf_counter()
+        fed = read_prompt(self.assistant_model, self.cache, ids, ids.shape[-1] - 1)
+        if fed:
+            _sync(self.assistant_model.device)
+            self.stats.prompt_read_seconds = time.perf_counter() - tick
+            self.stats.prompt_chunks = -(-fed // self.cache.config.prompt_chunk)
+
     def _idle_tokens(self, generation_args: dict) -> int:
         """How many of the tokens this round's first forward re-feeds the target emitted without drafts, when the
         cost-aware length has a use for the drafter's greedy predictions there (at most 16: the newest), else 0."""
@@ -309,6 +349,20 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         fed = generation_args[self.input_ids_key].shape[-1] - self.cache.get_seq_length()
         return max(0, min(self.draft_length.missed, fed - 1, 16))
 
+    def _speculate(self, input_ids) -> bool:
+        """The step-aside rule's decision (`Payoff.decide`), once the first two rounds timed the target alone."""
+        go = self.payoff.decide(
+            self.target,
+            self.assistant_model,
+            prompt_tokens=input_ids.shape[-1],
+            new_tokens=max(0, self.main_model_max_length - input_ids.shape[-1]),
+            max_length=self.draft_length.max_length,
+            seen=self._learnt_acceptance,
+            config=self.rift_config,
+        )
+        self.stats.payoff = self.payoff.estimate
+        return go
+
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         super().update_candidate_strategy(input_ids, scores, num_matches)
         if self._pending is not None and self._pending["drafted"]:
@@ -319,8 +373,18 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         verify = None if self._candidates_at is None else time.perf_counter() - self._candidates_at
         accepted = int(num_matches)
         reason = None
-        if self.draft_length is not None:
+        if self.payoff is not None and (not self.payoff.ready or self.stepped_aside):
+            # The step-aside rule's rounds: the target alone, timed before the decision, then for good.
+            reason = "stepped aside" if self.stepped_aside else "target first"
+            if not self.payoff.ready:
+                self.payoff.observe_target(verify or 0.0)
+        elif self.draft_length is not None:
             reason = self.draft_length.chosen[-1][1]
+            if self.payoff is not None and pending["drafted"] and self.draft_length.rounds == 0:
+                # The call's first drafting round: its first forward read the prompt (with what a chunked pass read
+                # before it), what the rule estimated.
+                first = pending["forwards"][0] if pending["forwards"] else 0.0
+                self.payoff.learn_pass((self.stats.prompt_read_seconds or 0.0) + first)
             self.draft_length.observe(
                 pending["drafted"], accepted, pending["draft_seconds"], verify, pending["forwards"]
             )

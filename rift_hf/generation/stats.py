@@ -20,6 +20,12 @@ class RiftStats:
         compiled_steps, eager_steps, compiles: with `compile=True`, one-token drafter forwards through the compiled
             step and those that ran eagerly (before the first compression, or past the headroom), and the graphs
             compiled in this call (one per working-set shape the drafter had not met: later calls replay them).
+        peak_bytes: the drafter's KV (working sets, sliding windows and stores) at its largest over the call, the
+            prompt pass included (read off the cache's tensors just before each commit).
+        stepped_aside: the default (`draft_length="auto"`) judged that speculation could not repay the drafter's
+            prompt pass and let the target decode alone (the drafter never ran); `payoff` holds that judgement's
+            estimates (`rift_hf.generation.payoff`), None where it was not made.
+        prompt_read_seconds, prompt_chunks: with a chunked prompt pass (`prompt_chunk`), its seconds and chunks.
         prompt_load_seconds: with a recorded prompt forward (`generate_from`), the seconds spent loading it into the
             drafter's cache (store filled and quantised, prompt scores), which a real run spends in its prompt
             forward and a decode-phase run inside its timed decode; `None` otherwise.
@@ -36,6 +42,11 @@ class RiftStats:
     compiled_steps: int = 0
     eager_steps: int = 0
     compiles: int = 0
+    peak_bytes: int = 0
+    stepped_aside: bool = False
+    payoff: dict | None = None
+    prompt_read_seconds: float | None = None
+    prompt_chunks: int = 0
     prompt_load_seconds: float | None = None
 
     def record_round(
@@ -69,6 +80,7 @@ class RiftStats:
         held = cache.kv_bytes()
         self.peak_kv_bytes = max(self.peak_kv_bytes, held["working"])
         self.peak_store_bytes = max(self.peak_store_bytes, held["store"])
+        self.peak_bytes = max(self.peak_bytes, cache.peak_bytes, held["working"] + held["store"])
         if cache.config.track_attention_mass:
             self.attention_mass = cache.attention_mass_log()
         self.prompt_tokens = cache.prompt_length
@@ -120,6 +132,7 @@ class RiftStats:
         budget = "full" if self.budget is None else f"{self.budget}/{self.prompt_tokens} tokens"
         return (
             f"RiftStats(policy={self.policy!r}, budget={budget}, rounds={len(self.rounds)}, "
+            f"{'stepped_aside=True, ' if self.stepped_aside else ''}"
             f"AL={self.acceptance_length:.2f}, drafted={self.drafted}, accepted={self.accepted}, "
             f"rounds_without_drafting={self.rounds_without_drafting}, rescorings={len(self.rescorings)}, "
             f"peak_kv={self.peak_kv_bytes / 2**20:.2f} MiB, peak_store={self.peak_store_bytes / 2**20:.2f} MiB)"
@@ -138,6 +151,9 @@ class RiftStats:
             "decode_ms_per_draft_token": self.decode_ms_per_draft_token,
             "rescore_seconds": self.rescore_seconds,
             "peak_kv_bytes": self.peak_kv_bytes,
+            "peak_bytes": self.peak_bytes,
+            "stepped_aside": self.stepped_aside,
+            "payoff": self.payoff,
             "peak_store_bytes": self.peak_store_bytes,
             "rounds": self.rounds,
             "rescorings": self.rescorings,
