@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: main test test-newest smoke setup setup-models setup-browser lint
+.PHONY: main test test-newest smoke setup setup-models setup-browser lint package wheel-check
 
 # The oldest supported transformers (every recorded figure was made with it); CI also runs the suite on the newest.
 TRANSFORMERS ?= 5.23.0
@@ -42,6 +42,23 @@ test: setup setup-browser lint
 # The same suite in a second environment with the newest transformers rift-hf supports.
 test-newest:
 	$(MAKE) test VENV=.venv-newest TRANSFORMERS=$(NEWEST_TRANSFORMERS)
+
+# The sdist and wheel a user would install (`python -m build`, checked by twine) ...
+package: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist . >/dev/null
+	$(BIN)/twine check --strict dist/*
+
+# ... and the wheel installed into a fresh venv with the newest transformers it allows, running the README's quick start
+# (tiny local models) from outside the clone, so that the installed package, not the source tree, is what runs.
+wheel-check: package
+	rm -rf .venv-wheel
+	$(PY) -m venv .venv-wheel
+	.venv-wheel/bin/pip install -q --upgrade pip
+	.venv-wheel/bin/pip install -q torch==2.13.0
+	.venv-wheel/bin/pip install -q --upgrade "$$(ls dist/*.whl)" transformers pytest
+	cd "$$(mktemp -d)" && $(CURDIR)/.venv-wheel/bin/python -c "import rift_hf, transformers; print('installed', rift_hf.__file__, 'transformers', transformers.__version__)" && \
+		$(CURDIR)/.venv-wheel/bin/python -m pytest -q -p no:cacheprovider --rootdir . $(CURDIR)/tests/test_readme.py -k "quickstart or pipeline"
 
 # Real weights on the smallest preset (CI runs this after `make test`).
 smoke:

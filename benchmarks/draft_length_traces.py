@@ -199,12 +199,10 @@ def play(
     new_tokens: int,
     choose,
     refresh: float = 0.0,
-    look: float | None = None,
     noise: list | None = None,
 ) -> tuple[float, list[int]]:
     """Tokens per second of drafting along `runs` until `new_tokens` are emitted; `choose` is a DraftLength, an int
     (a constant length) or None; `refresh`: seconds a round's first forward adds to a step (the policy's refresh).
-    `look`: seconds of a look, taken wherever the controller `wants_look` (`benchmarks/draft_length_looks.py`).
     `noise`: per round, factors on its verification and drafting seconds (`noise_draws`; cycled).
     Returns the rate and the lengths drafted."""
     controller = choose if isinstance(choose, DraftLength) else None
@@ -212,11 +210,6 @@ def play(
     seconds = 0.0
     lengths, idle = [], []
     while tokens < new_tokens:
-        if look is not None and idle and controller.wants_look():
-            controller.observe_idle([(min(runs[q], position - q), position - q) for q in idle[-IDLE_SEEN:]])
-            controller.looked()
-            seconds += look
-            idle = []
         on_verify, on_draft = noise[len(lengths) % len(noise)] if noise else (1.0, 1.0)
         k = controller.choose() if controller else choose
         k = min(k, new_tokens - tokens - 1) if k else 0

@@ -29,11 +29,12 @@ import torch
 from tqdm.auto import tqdm
 
 from rift_hf import RiftCache, RiftConfig
+from rift_hf.attention import use_rift_attention
 from rift_hf.cache.reading import read_prompt
 from rift_hf.cli import split_labels
+from rift_hf.cli.arguments import sources
 from rift_hf.experiments.records import machine, write_record
 from rift_hf.experiments.tables import pipe_table
-from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import load_preset
 from rift_hf.policies import label_fields
 from rift_hf.prompts import prompt_set
@@ -169,7 +170,7 @@ def main(argv=None) -> None:
     parser.add_argument("--preset", default="qwen-coder")
     parser.add_argument("--input-tokens", type=lambda s: [int(x) for x in s.split(",")], default=[4096, 16384, 32000])
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--sources", default="repo")
+    parser.add_argument("--sources", default="repo", type=sources)
     parser.add_argument("--settings", dest="passes_run", type=split_labels, default=list(PASSES))
     parser.add_argument("--passes", type=int, default=2, help="interleaved runs of every pass")
     parser.add_argument("--out", type=Path, default=OUT)

@@ -33,10 +33,10 @@ import torch
 from tqdm.auto import tqdm
 
 from rift_hf import RiftConfig
+from rift_hf.attention import use_rift_attention
 from rift_hf.cli import split_labels
 from rift_hf.cli.arguments import sources
 from rift_hf.experiments.records import machine, policy_config
-from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.models import PRESETS, fix_draft_length, load_preset
 from rift_hf.prefill import PromptCache, prefill_folder, prefills_root
 from rift_hf.prompts import prompt_set

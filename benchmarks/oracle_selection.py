@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 
 import rift_hf.policies.base as policy_base
+from rift_hf.attention import use_rift_attention
 from rift_hf.cache import RiftCache
 from rift_hf.config import RiftConfig
 from rift_hf.experiments.records import machine, policy_config, summarise
 from rift_hf.experiments.replay_runs import replay_models
 from rift_hf.experiments.tables import write_into_readme
-from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.kernels import pool_scores, reference
 from rift_hf.models import fix_draft_length
 from rift_hf.policies import carry_forward

@@ -34,6 +34,8 @@ import rift_hf
 from rift_hf.config import policy_settings
 from rift_hf.models import ByteTokenizer, fix_draft_length, tiny_random_pair
 
+DRAFT_LENGTHS = ("auto", "fixed")  # rift's cost-aware length (the default), or transformers' constant gamma
+
 POLICY_CHOICES = list(rift_hf.POLICIES)
 RECOMMENDED = rift_hf.RiftConfig().policy
 # The recommended policy (RiftConfig's default: `auto`, page-round below 16K prompt tokens, rift-dyn with a carry
@@ -201,9 +203,11 @@ def run_policy(
     window: int,
     result: PolicyRun,
     attention_mass: bool = False,
+    draft_length: str = "auto",
 ):
     """Generator: runs one policy (or the target alone) in a thread, yielding as each round arrives; closing it
-    cancels the run."""
+    cancels the run. `draft_length`: "auto" (rift's default: each round drafts what pays, up to γ) or "fixed" (γ every
+    round)."""
     alone = policy == TARGET_ALONE
     kwargs = {}
     if not alone:
@@ -216,7 +220,10 @@ def run_policy(
                 "window": max(1, min(window, budget_tokens // 2)),
                 "delta": 32,
                 "track_attention_mass": attention_mass and policy != "full",  # a measurement: slower, off unless asked
-                "draft_length": "fixed",  # the gamma chosen on the page, every round
+                "draft_length": draft_length,  # "auto": up to the gamma chosen on the page; "fixed": gamma
+                # The page compares drafter policies: each drafts, even where the default would let the target
+                # decode alone because speculation cannot repay the drafter's prompt pass.
+                **({"step_aside": False} if draft_length == "auto" else {}),
             },
         )
         kwargs = {"assistant_model": preset.draft, "cache_implementation": "rift", "cache_config": config}
@@ -388,15 +395,20 @@ def plot(runs: list[PolicyRun]):
     """Three panels from the DataFrames above: AL over generation, attention mass kept, AL against drafter memory.
     (matplotlib: Gradio 6.31's native LinePlot/ScatterPlot left series out, or drew none, when updated while a
     comparison streamed.)"""
-    fig = Figure(figsize=(13, 3.4))  # not pyplot's: a figure per finished run would otherwise stay open there
+    fig = Figure(figsize=(13, 3.6))  # not pyplot's: a figure per finished run would otherwise stay open there
     left, middle, right = fig.subplots(1, 3)
+    color = {run.policy: f"C{i}" for i, run in enumerate(runs)}  # one colour per policy in every panel
     for name, rows in al_curve(runs).groupby("policy", sort=False):
-        left.plot(rows["generated tokens"], rows["tokens per round"], label=name)
+        left.plot(rows["generated tokens"], rows["tokens per round"], label=name, color=color[name])
     for name, rows in mass_curve(runs).groupby("policy", sort=False):
-        middle.plot(rows["position"], rows["attention mass kept"], label=name)
+        middle.plot(rows["position"], rows["attention mass kept"], label=name, color=color[name])
+    named = set()
     for (name, memory), rows in memory_points(runs).groupby(["policy", "memory"], sort=False):
-        right.scatter(rows["drafter KV MiB"], rows["AL"], marker="o" if memory == "working set" else "x")
-        right.annotate(name, (rows["drafter KV MiB"].iloc[0], rows["AL"].iloc[0]), fontsize=7)
+        # Points of several policies often sit together: a legend names them, labels beside them would overlap.
+        label = None if name in named else name
+        named.add(name)
+        marker = "o" if memory == "working set" else "x"
+        right.scatter(rows["drafter KV MiB"], rows["AL"], marker=marker, color=color[name], label=label)
     if mass_curve(runs).empty:
         middle.text(0.5, 0.5, "not measured\n(tick the attention-mass box)", ha="center", va="center", alpha=0.6)
     left.set(title="AL over generation (moving mean)", xlabel="generated tokens", ylabel="tokens per round")
@@ -404,9 +416,9 @@ def plot(runs: list[PolicyRun]):
     right.set(title="AL against drafter KV (o working set, x + store)", xlabel="MiB", ylabel="AL")
     for axis in (left, middle, right):
         axis.grid(alpha=0.3)
-        if axis is not right and axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=8)
-    fig.tight_layout()
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))  # room above the titles for the page's label of the plot block
     return fig
 
 
@@ -429,8 +441,12 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
                 presets[name] = load_preset(name)
             return presets[name]
 
-    def runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False):
+    def runs_stream(
+        preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False, draft_length="auto"
+    ):
         """Yields the runs (the target alone, full, then the other policies) as they progress."""
+        if draft_length not in DRAFT_LENGTHS:
+            raise gr.Error(f"Unknown draft length {draft_length!r}; choose from {', '.join(DRAFT_LENGTHS)}.")
         preset = get(preset_name)
         if document and document not in ("(none)", *DOCUMENTS):
             raise gr.Error(f"Unknown document {document!r}; choose from {', '.join(DOCUMENTS)}.")
@@ -451,16 +467,20 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         yield runs
         alone, full = runs[0], runs[1]
         for run in runs:
-            for _ in run_policy(preset, ids, run.policy, budget, gamma, new_tokens, 64, run, bool(attention_mass)):
+            args = (preset, ids, run.policy, budget, gamma, new_tokens, 64, run, bool(attention_mass), draft_length)
+            for _ in run_policy(*args):
                 yield runs
             if run is not alone:
                 run.speedup = run.tokens_per_s / alone.tokens_per_s
                 run.retention = run.al / full.al if full.al else None
             yield runs
 
-    def compare_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False):
+    def compare_stream(
+        preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass=False, draft_length="auto"
+    ):
         drawn = -1
-        for runs in runs_stream(preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass):
+        streamed = (preset_name, prompt, document, budget, gamma, policies, new_tokens, attention_mass, draft_length)
+        for runs in runs_stream(*streamed):
             # The figure is redrawn when a run ends (drawing it every round would cost more than the round).
             done = sum(run.status == "done" for run in runs)
             yield views(runs, [TARGET_ALONE, *policies], plots=done != drawn)
@@ -474,10 +494,13 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         policies: list[str],
         new_tokens: int,
         attention_mass: bool = False,
+        draft_length: str = "auto",
     ) -> list[PolicySummary]:
         """Per-policy AL, retention, end-to-end tokens/s and speed-up over the target alone, drafter tokens/s and
-        KV memory, as JSON. `attention_mass` also measures the attention mass on kept positions (slower)."""
-        *_, runs = runs_stream(preset_name, prompt, "(none)", budget, gamma, policies, new_tokens, attention_mass)
+        KV memory, as JSON. `attention_mass` also measures the attention mass on kept positions (slower);
+        `draft_length` is "auto" (cost-aware, up to γ: rift's default) or "fixed" (γ every round)."""
+        args = (preset_name, prompt, "(none)", budget, gamma, policies, new_tokens, attention_mass, draft_length)
+        *_, runs = runs_stream(*args)
         return [run.summary() for run in runs if run.policy in policies]
 
     # gradio types the API from the annotation object; this module's annotations are strings (postponed evaluation)
@@ -505,7 +528,13 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
             )
             document = gr.Dropdown(["(none)", *DOCUMENTS], value="(none)", label="bundled long document")
             budget = gr.Slider(0.05, 0.9, value=0.25, step=0.05, label="budget (fraction of the prompt)")
-            gamma = gr.Slider(1, 16, value=11, step=1, label="draft length γ")
+            gamma = gr.Slider(1, 16, value=11, step=1, label="draft length γ (the longest, with cost-aware)")
+            draft_length = gr.Radio(
+                list(DRAFT_LENGTHS),
+                value="auto",
+                label="draft length",
+                info="auto: each round drafts what its measured costs say pays (rift's default); fixed: γ every round",
+            )
             new_tokens = gr.Number(
                 value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label=f"new tokens (at most {MAX_NEW_TOKENS})"
             )
@@ -527,7 +556,7 @@ def build_app(default_preset: str = "tiny-random") -> gr.Blocks:
         output = gr.HTML(label="generated text per policy (accepted drafts highlighted)", elem_id="output")
         event = run.click(
             compare_stream,
-            [preset, prompt, document, budget, gamma, policies, new_tokens, attention_mass],
+            [preset, prompt, document, budget, gamma, policies, new_tokens, attention_mass, draft_length],
             [output, summary, figure],
             api_name="compare_stream",
         )

@@ -15,6 +15,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .cache import ACTIVE_LAYER
+from .config import RiftConfig
 from .kernels import indexed_attention, retrieved_attention
 
 NAME = "rift"
@@ -140,3 +141,18 @@ def register() -> None:
     """Register "rift" with transformers' attention and mask registries (idempotent, additive)."""
     AttentionInterface.register(NAME, rift_attention_forward)
     AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def use_rift_attention(model, config: RiftConfig) -> None:
+    """Switch `model` to the "rift" attention backend when the policy needs the queries it sees."""
+    if not (config.is_scored or config.track_attention_mass):
+        return
+    if model.config._attn_implementation == "rift":
+        return
+    try:
+        model.set_attn_implementation("rift")
+    except (ValueError, NotImplementedError) as err:
+        raise ValueError(
+            f"Policy {config.policy!r} needs the 'rift' attention backend, which {type(model).__name__} cannot use "
+            f"({err}); choose 'swa' or 'full', or load the model with attn_implementation='rift'."
+        ) from err

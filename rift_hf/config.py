@@ -31,6 +31,14 @@ POLICIES = policy_names()
 # What a quantised full store may be kept in (optimum-quanto); None keeps the model's dtype.
 STORE_DTYPES = ("int8", "int4", "int2")
 EQUAL_BYTES_DTYPES = ("bfloat16", "float16", "float32")  # `kv_equal_bytes` may count bytes as if in one of these
+# Fields that size something in tokens (rows held, buffers, pooling spans): none may exceed the context of the model a
+# cache is built for (`RiftConfig.check_context`), nor, before any model is known, `MAX_TOKENS`. Periods (`delta`,
+# `a_max`, `check_interval`, `rechoose_after`) are not sizes: a huge one only means "never".
+TOKEN_FIELDS = (
+    "budget", "window", "n_sink", "pool_kernel", "block_size", "score_queries", "tokens_ahead", "store_group_size",
+    "store_residual", "kv_group_size", "prompt_chunk", "prompt_budget",
+)  # fmt: skip
+MAX_TOKENS = 1 << 24  # 16.8M tokens: beyond any model's context
 
 
 def policy_fields() -> set[str]:
@@ -50,7 +58,7 @@ def policy_settings(policy: str, fields: dict) -> dict:
     return {"policy": policy, **{k: v for k, v in fields.items() if k in params or k not in specific}}
 
 
-@dataclass
+@dataclass(frozen=True)
 class RiftConfig:
     """
     What a RIFT-compressed cache keeps in each full-attention layer, per KV head.
@@ -137,7 +145,8 @@ class RiftConfig:
             the policy choosing its working set after each, instead of in one forward over the whole prompt
             (`rift_hf.cache.reading`): the drafter then never holds more than its working set plus one chunk at full
             precision, and its attention over the prompt costs time linear in the prompt. Its keys and values are
-            then approximate, which costs acceptance, never correctness. 0 reads the prompt in one forward.
+            then approximate, which costs acceptance, never correctness. 0 reads the prompt in one forward (as
+            `page-retrieval`, which keeps every token, always does).
         prompt_budget (`int` or `float`, *optional*): with `prompt_chunk`, the working set a store policy reads with
             (tokens, or a fraction of the prompt; at most `budget`); its real working set is chosen from the store
             once the prompt is read. Policies without a store read with `budget`. Defaults to `budget`.
@@ -147,6 +156,8 @@ class RiftConfig:
             has a fixed size (not `full`, `page-retrieval`, `snapkv_grow`), without `kv_dtype`, `attend_in_place` or
             `track_attention_mass`, and drafters whose every layer is full attention. The first step compiles (tens
             of seconds); later steps, rounds and calls on the same drafter replay it.
+
+    A config is frozen once made (every field checked together); `replace(**changes)` makes a checked copy.
 
     Example:
 
@@ -199,18 +210,19 @@ class RiftConfig:
             value = getattr(self, item.name)
             if isinstance(value, numbers.Number) and type(value) not in (int, float, bool):
                 if isinstance(value, numbers.Integral):
-                    setattr(self, item.name, bool(value) if type(value).__name__.startswith("bool") else int(value))
+                    self._set(item.name, bool(value) if type(value).__name__.startswith("bool") else int(value))
                 elif isinstance(value, numbers.Real):
-                    setattr(self, item.name, float(value))
+                    self._set(item.name, float(value))
         if not isinstance(self.policy, str):
             raise TypeError(f"`policy` must be a policy name such as 'rift-stat', got {self.policy!r}.")
         policy_class(self.policy)  # raises on an unknown name
+        self._check_sizes(MAX_TOKENS, "any model's context")
         if self.block_size is None:
-            self.block_size = policy_class(self.policy).block_size
+            self._set("block_size", policy_class(self.policy).block_size)
         if self.pages_ahead is None:
-            self.pages_ahead = policy_class(self.policy).pages_ahead
+            self._set("pages_ahead", policy_class(self.policy).pages_ahead)
         if self.rechoose_after is None:
-            self.rechoose_after = policy_class(self.policy).rechoose_after
+            self._set("rechoose_after", policy_class(self.policy).rechoose_after)
         self._check_policy_fields()  # a field the policy does not read, set, is refused before anything else
         if isinstance(self.budget, bool) or not isinstance(self.budget, (int, float)):
             raise TypeError(
@@ -248,7 +260,7 @@ class RiftConfig:
                     "nothing to act on; drop it, or use a scored policy such as 'rift-stat'."
                 )
         if self.store_dtype == "auto":  # the policy's choice, unless attending the store in place (full precision)
-            self.store_dtype = None if self.attend_in_place else policy_class(self.policy).store_dtype
+            self._set("store_dtype", None if self.attend_in_place else policy_class(self.policy).store_dtype)
         if self.store_device is not None:
             self._check_store_device()
         if self.store_dtype is not None:
@@ -273,6 +285,35 @@ class RiftConfig:
             self._check_compile()
         if isinstance(self.budget, int):
             self.check_budget(self.budget)
+
+    def _set(self, name: str, value) -> None:
+        """Fill in a field while the config is being checked (it is frozen afterwards)."""
+        object.__setattr__(self, name, value)
+
+    def replace(self, **changes) -> RiftConfig:
+        """A copy with `changes`, checked as a new config is (a config never changes once made, so what a cache or a
+        saved file holds stays what was checked):
+
+        >>> RiftConfig(policy="page-round").replace(budget=0.125).budget
+        0.125
+        """
+        return dataclasses.replace(self, **changes)
+
+    def check_context(self, context: int | None) -> None:
+        """Refuse a size no model of `context` tokens (its `max_position_embeddings`) could use: a window, budget,
+        chunk ... longer than the model can read would only reserve memory for it."""
+        if context:
+            self._check_sizes(context, f"the model's context ({context} tokens, max_position_embeddings)")
+
+    def _check_sizes(self, limit: int, what: str) -> None:
+        for name in TOKEN_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+                raise ValueError(f"`{name}` = {value} exceeds {what}; lower it.")
+        ahead, block = self.pages_ahead, self.block_size
+        pages = ahead * block if all(isinstance(v, int) and not isinstance(v, bool) for v in (ahead, block)) else 0
+        if pages > limit:
+            raise ValueError(f"`pages_ahead` x `block_size` = {pages} tokens exceeds {what}; lower `pages_ahead`.")
 
     def _check_reading(self) -> None:
         """`prompt_chunk` (0 or a chunk of at least the observation window) and `prompt_budget` (like `budget`)."""
@@ -465,6 +506,14 @@ class RiftConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def to_json_string(self) -> str:
+        """The config as JSON (what `save_pretrained` writes), as transformers' configs give theirs."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def to_json_file(self, path) -> None:
+        """Write `to_json_string()` to `path` (`save_pretrained(folder)` writes `<folder>/rift_config.json`)."""
+        Path(path).write_text(self.to_json_string())
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RiftConfig:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -537,8 +586,10 @@ class RiftConfig:
         token: str | bool | None = None,
         cache_dir: str | None = None,
         local_files_only: bool = False,
+        **overrides,
     ) -> RiftConfig:
-        """The config a folder or a Hub repository id carries in `rift_config.json` (see `save_pretrained`);
+        """The config a folder or a Hub repository id carries in `rift_config.json` (see `save_pretrained`), with
+        `overrides` (`RiftConfig` fields) replacing what it holds, as transformers' configs take them;
         `revision`, `token`, `cache_dir` and `local_files_only` as in `transformers`' `from_pretrained`."""
         local = Path(folder).is_dir()
 
@@ -591,17 +642,14 @@ class RiftConfig:
         data = json.loads(path.read_text())
         head = data.get("selection_head")
         if isinstance(head, str) and head:  # saved relative to the folder, and read from inside it only
-            if Path(head).is_absolute() or ".." in Path(head).parts:
-                raise ValueError(
-                    f"{path} names selection_head {head!r}, outside the folder it came with; a saved config may "
-                    "only name a head inside its own folder (or Hub repository), by a relative path."
-                )
-            data["selection_head"] = str(Path(folder).resolve() / head) if local else str(fetch(head))
-        return cls.from_dict(data)
+            data["selection_head"] = str(confined(folder, head, path) if local else fetch(_relative(head, path)))
+        return cls.from_dict({**data, **overrides})
 
     @classmethod
-    def coerce(cls, value: RiftConfig | dict[str, Any] | str | None) -> RiftConfig:
-        """Accept a `RiftConfig`, a dict of its fields, a preset name, or `None` (the default preset)."""
+    def coerce(cls, value: RiftConfig | dict[str, Any] | str | None, folder=None) -> RiftConfig:
+        """Accept a `RiftConfig`, a dict of its fields, a preset name, or `None` (the default preset). With `folder`
+        (the model folder a dict came with, e.g. in its `generation_config.json`), a `selection_head` the dict names
+        is read from inside that folder only, as `from_pretrained` reads one (`confined`)."""
         if value is None:
             return cls()
         if isinstance(value, RiftConfig):
@@ -609,8 +657,39 @@ class RiftConfig:
         if isinstance(value, str):
             return preset(value)
         if isinstance(value, dict):
-            return cls.from_dict(dict(value))
+            data = dict(value)
+            head = data.get("selection_head")
+            if folder is not None and isinstance(head, str) and head:
+                data["selection_head"] = str(confined(folder, head, "cache_config"))
+            return cls.from_dict(data)
         raise TypeError(f"`cache_config` must be a RiftConfig, a dict or a preset name, got {type(value).__name__}.")
+
+
+def _relative(head: str, source) -> str:
+    """`head` if it is a path relative to the folder it came with and stays inside it, else a ValueError."""
+    if Path(head).is_absolute() or ".." in Path(head).parts:
+        raise ValueError(
+            f"{source} names selection_head {head!r}, outside the folder it came with; a config read from a file or "
+            "a dict may only name a head inside the model's own folder (or Hub repository), by a relative path. To "
+            "use a head elsewhere, pass cache_config=RiftConfig(selection_head=...) made in your own code."
+        )
+    return head
+
+
+def confined(folder, head: str, source) -> Path:
+    """The file `head` names inside `folder`, refused (ValueError) if the name or a symlink on the way leads outside
+    it; a Hugging Face cache snapshot's symlinks into its repository's `blobs/` are the one exception."""
+    root = Path(folder).resolve()
+    path = (root / _relative(head, source)).resolve()
+    allowed = [root]
+    if root.parent.name == "snapshots":  # huggingface_hub's cache: snapshots/<rev>/<file> -> ../../blobs/<hash>
+        allowed.append(root.parent.parent / "blobs")
+    if not any(path == base or base in path.parents for base in allowed):
+        raise ValueError(
+            f"{source} names selection_head {head!r}, which resolves (through a symlink) to {path}, outside "
+            f"{root}; a config may only name a head inside the model's own folder."
+        )
+    return path
 
 
 def preset(name: str, **overrides: Any) -> RiftConfig:

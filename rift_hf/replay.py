@@ -37,10 +37,11 @@ from transformers import LogitsProcessorList
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
 from ._compat import CACHE
+from .attention import use_rift_attention
 from .cache import RiftCache
 from .cache.reading import chunk_plan, read_prompt
 from .config import RiftConfig
-from .generation.candidate import draft_entropy, use_rift_attention
+from .generation.candidate import draft_entropy
 from .generation.stats import RiftStats
 from .prefill import Prefill, load_prefill, prompt_digest, record_prompt_forward
 

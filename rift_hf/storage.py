@@ -554,8 +554,18 @@ class QuantizedRows:
 
     def key_rows(self, start: int, stop: int) -> torch.Tensor:
         """Dequantised keys of rows `[start, stop)`: `[B, H, stop - start, D]`."""
-        rows = torch.arange(start, stop, device=self.device).expand(self.shape[1], -1)
-        return self.gather(rows)[0]
+        return self._range(start, stop, self._keys, self.recent.keys)
+
+    def _range(self, start: int, stop: int, dequantise, exact: torch.Tensor) -> torch.Tensor:
+        """Rows `[start, stop)` of one tensor: the quantised ones dequantised by `dequantise`, the newest read from
+        `exact` (`gather` for a range, without dequantising what is exact or the other tensor)."""
+        parts = []
+        if start < min(stop, self.quantized):
+            rows = torch.arange(start, min(stop, self.quantized), device=self.device).expand(self.shape[1], -1)
+            parts.append(dequantise(rows))
+        if stop > self.quantized or not parts:
+            parts.append(exact[:, :, max(start, self.quantized) - self.quantized : max(0, stop - self.quantized)])
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
     @property
     def used_keys(self) -> torch.Tensor:
@@ -563,8 +573,7 @@ class QuantizedRows:
 
     @property
     def used_values(self) -> torch.Tensor:
-        rows = torch.arange(self.length, device=self.device).expand(self.shape[1], -1)
-        return self.gather(rows)[1]
+        return self._range(0, self.length, self._values, self.recent.values)
 
     def nbytes(self, length: int | None = None) -> int:
         """Bytes held by the used rows: packed codes, scales and shifts, plus the full-precision rows."""

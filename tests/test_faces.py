@@ -525,10 +525,10 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
     assert "new_ids" not in again["full"]
     with pytest.raises(ValueError, match="new_tokens differ"):
         runner.compare(experiment(["full"], new_tokens=16), 4.0, tmp_path, "float32", resume=True)
-    # Without resume the log starts afresh.
+    # Without resume the log starts afresh (every setting warmed up once, untimed, then timed).
     generated.clear()
     run(["full"], resume=False)
-    assert generated == ["target", "full"]
+    assert generated == ["target", "full", "target", "full"]
 
 
 def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):

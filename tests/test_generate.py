@@ -154,15 +154,18 @@ def test_stateful_drafter_state_after_rejection_equals_fresh_recompute(arch):
 
 
 @pytest.mark.parametrize("policy", ["swa", "rift-stat", "rift-dyn"])
-def test_plain_generate_compresses_own_cache(policy):
+def test_plain_generate_compresses_own_cache_given_a_rift_cache(policy):
+    # Lossy, so only on purpose: a RiftCache passed as the model's own cache (cache_implementation="rift" without a
+    # drafter is refused: tests/test_robustness.py).
     model = tiny_model("llama", seed=9)
     ids = make_prompt(40, seed=1)
+    config = RiftConfig(**policy_settings(policy, SMALL))
+    rift_hf.attention.use_rift_attention(model, config)
     out = model.generate(
         ids,
         max_new_tokens=12,
         do_sample=False,
-        cache_implementation="rift",
-        cache_config=policy_settings(policy, SMALL),
+        past_key_values=RiftCache(model.config, config),
         return_dict_in_generate=True,
     )
     cache = out.past_key_values
@@ -286,13 +289,14 @@ def test_attention_mass_share_is_one_without_eviction_and_below_one_with_it():
     ids = make_prompt(40, seed=2)
     shares = {}
     for budget in (64, 12):
+        config = RiftConfig(policy="swa", budget=budget, track_attention_mass=True)
+        rift_hf.attention.use_rift_attention(model, config)
         out = model.generate(
             ids,
             max_new_tokens=6,
             do_sample=False,
-            cache_implementation="rift",
             return_dict_in_generate=True,
-            cache_config={"policy": "swa", "budget": budget, "track_attention_mass": True},
+            past_key_values=RiftCache(model.config, config),
         )
         log = out.past_key_values.attention_mass_log()
         assert [pos for pos, _ in log] == list(range(40, 45))

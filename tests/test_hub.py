@@ -134,5 +134,10 @@ def test_custom_generate_folder_runs_rift_without_the_installed_package(tmp_path
 def test_push_can_add_the_custom_generate_folder(tmp_path, capsys):
     folder = _folder(tmp_path)
     main(["push", str(folder), "someone/drafter", "--dry-run", "--custom-generate"])
-    assert "ready to publish" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "ready to publish" in printed and "would write" in printed
+    assert not (folder / "custom_generate").exists()  # a dry run writes nothing
+    from rift_hf.hub import write_custom_generate
+
+    write_custom_generate(folder, "someone/drafter")  # what the real push writes first
     assert 'SOURCE = "someone/drafter"' in (folder / "custom_generate" / "generate.py").read_text().replace("'", '"')

@@ -4,9 +4,9 @@ policy's own."""
 import torch
 
 from benchmarks.oracle_selection import future_queries, oracle_scoring, shifted_scoring, unmasked_scores
+from rift_hf.attention import use_rift_attention
 from rift_hf.cache import RiftCache
 from rift_hf.config import RiftConfig, policy_settings
-from rift_hf.generation.candidate import use_rift_attention
 from rift_hf.kernels import pool_scores
 from rift_hf.policies import base as policy_base
 from rift_hf.policies.page_round import PageRound

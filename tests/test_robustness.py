@@ -99,7 +99,7 @@ def test_stats_of_plain_rift_generation_are_fresh(pairs):
     kwargs = {"max_new_tokens": 8, "do_sample": False, "cache_implementation": "rift"}
     target.generate(ids, assistant_model=draft, cache_config=policy_settings("page-round", SMALL), **kwargs)
     first = rift_hf.last_stats(target)
-    target.generate(ids, cache_config=policy_settings("swa", SMALL), **kwargs)
+    target.generate(ids, assistant_model=draft, cache_config=policy_settings("swa", SMALL), **kwargs)
     assert rift_hf.last_stats(target) is not first and rift_hf.last_stats(target).policy == "swa"
 
 
@@ -493,3 +493,180 @@ def test_sliding_layers_hold_their_window_from_the_first_draft_on(pairs, monkeyp
     )
     assert torch.equal(out, target.generate(ids, max_new_tokens=16, do_sample=False))
     assert rows and max(rows) <= 8 - 1 + 4 + 1  # the window, plus one round's re-fed and drafted tokens
+
+
+# The third pass (issue: lossy by accident, late refusals, paths from a generation config, state that leaks).
+
+
+def test_rift_without_a_drafter_is_refused_before_any_forward(pairs):
+    target, _ = _pair(pairs, "llama")
+    calls, handle = _count_forwards(target)
+    try:
+        with pytest.raises(ValueError, match="assistant_model=.*past_key_values=rift_hf.RiftCache"):
+            target.generate(make_prompt(40), max_new_tokens=4, cache_implementation="rift")
+    finally:
+        handle.remove()
+    assert not calls
+    # Compressing a model's own cache stays possible, knowingly: a RiftCache passed as the cache.
+    cache = RiftCache(target.config, {"policy": "swa", "budget": 16})
+    target.generate(make_prompt(40), max_new_tokens=4, past_key_values=cache, do_sample=False)
+    assert max(cache.stored_tokens()) <= 16 + 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "--preset", "tiny-random", "--compressions", "nan"],
+        ["replay", "--preset", "tiny-random", "--compressions", "4,inf"],
+        ["compare", "--preset", "tiny-random", "--compression", "nan"],
+        ["compare", "--preset", "tiny-random", "--compression", "-inf"],
+        ["compare", "--preset", "tiny-random", "--compression", "1"],
+        ["train", "--preset", "tiny-random", "--learning-rate", "nan"],
+        ["train", "--preset", "tiny-random", "--unmasked-rate", "2"],
+    ],
+)
+def test_cli_numbers_are_finite_and_in_range_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    from rift_hf.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rift-hf {argv[0]}: error:"), err  # the subcommand's own name
+    assert not list(tmp_path.rglob("*")), "nothing is written"
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"policy": "page-round", "budget": 0.25, "window": 10**15}, "config"),
+        ({"policy": "rift-dyn", "budget": 0.25, "tokens_ahead": 10**15}, "config"),
+        ({"policy": "rift-dyn", "budget": 0.25, "store_dtype": "int4", "store_residual": 10**15}, "config"),
+        ({"policy": "page-round", "budget": 0.25, "window": 10**6}, "cache"),  # the tiny models read 2,048 tokens
+        ({"policy": "rift-dyn", "budget": 0.25, "tokens_ahead": 4096}, "cache"),
+        ({"policy": "rift-stat", "budget": 10**5}, "cache"),
+    ],
+)
+def test_sizes_no_model_could_use_are_refused_before_any_forward(pairs, fields, where):
+    target, draft = _pair(pairs, "llama")
+    if where == "config":
+        with pytest.raises(ValueError, match="exceeds any model's context"):
+            RiftConfig(**fields)
+        return
+    config = RiftConfig(**fields)
+    calls, handle = _count_forwards(draft)
+    try:
+        with pytest.raises(ValueError, match="exceeds the model's context \\(2048 tokens"):
+            target.generate(make_prompt(40), assistant_model=draft, max_new_tokens=4, cache_implementation="rift",
+                            cache_config=config)  # fmt: skip
+    finally:
+        handle.remove()
+    assert not calls
+
+
+def test_the_query_buffer_is_sized_by_what_it_holds():
+    config = RiftConfig(policy="page-round", budget=0.25, window=1500)  # as long as the tiny models can read
+    cache = RiftCache(tiny_model("llama").config, config)
+    assert all(layer.recent_queries.default_capacity <= 256 + 2 * layer.HEADROOM for layer in cache.rift_layers)
+
+
+def test_paths_in_a_generation_config_stay_in_the_model_folder(tmp_path, pairs, monkeypatch):
+    from rift_hf.policies.selection_head import SelectionHead
+
+    target, draft = _pair(pairs, "llama")
+    opened = []
+    monkeypatch.setattr(SelectionHead, "load", classmethod(lambda cls, path: opened.append(path)))
+    elsewhere = tmp_path / "elsewhere.safetensors"
+    elsewhere.write_bytes(b"")
+    folder = tmp_path / "target"
+    target.save_pretrained(folder)
+    (folder / "linked.safetensors").symlink_to(elsewhere)
+    for head in ("/etc/passwd", "../elsewhere.safetensors", "linked.safetensors"):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        model.generation_config.cache_implementation = "rift"
+        model.generation_config.cache_config = {
+            "policy": "rift-stat",
+            "budget": 16,
+            "window": 4,
+            "selection_head": head,
+        }
+        with pytest.raises(ValueError, match="outside"):
+            model.generate(make_prompt(40), assistant_model=draft, max_new_tokens=4)
+    # The same rules for a saved rift_config.json, symlinks included.
+    (folder / "rift_config.json").write_text(
+        '{"policy": "rift-stat", "budget": 16, "window": 4, "selection_head": "linked.safetensors"}'
+    )
+    with pytest.raises(ValueError, match="outside"):
+        RiftConfig.from_pretrained(folder)
+    assert not opened
+
+
+def test_a_huggingface_cache_snapshot_may_link_into_its_blobs(tmp_path):
+    from rift_hf.config import confined
+
+    snapshot = tmp_path / "models--me--drafter" / "snapshots" / "abc123"
+    blobs = tmp_path / "models--me--drafter" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    (blobs / "f00d").write_bytes(b"")
+    (snapshot / "selection_head.safetensors").symlink_to(blobs / "f00d")
+    assert confined(snapshot, "selection_head.safetensors", "test") == (blobs / "f00d").resolve()
+
+
+@pytest.mark.parametrize("budget", [4, 5, 6, 7])
+def test_auto_with_a_small_int_budget_is_refused_at_construction(budget):
+    with pytest.raises(ValueError, match="budget"):
+        RiftConfig(policy="auto", budget=budget, window=2)
+
+
+def test_a_config_cannot_change_after_it_was_checked():
+    import dataclasses
+
+    config = RiftConfig(policy="page-round")
+    for name, value in (("budget", 2.5), ("budget", float("nan")), ("draft_length", "banana"), ("window", 0)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(config, name, value)
+        with pytest.raises((ValueError, TypeError), match=name):
+            config.replace(**{name: value})
+    assert config.replace(budget=0.125).budget == 0.125 and config.budget == 0.25
+
+
+def test_seeded_sampling_says_whether_it_repeats(pairs):
+    target, draft = _pair(pairs, "llama")
+    ids = make_prompt(40)
+    outputs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        outputs.append(
+            target.generate(
+                ids,
+                assistant_model=draft,
+                max_new_tokens=12,
+                do_sample=True,
+                cache_implementation="rift",
+                cache_config={"draft_length": "fixed"},
+            )  # fmt: skip
+        )
+        assert rift_hf.last_stats(target).repeatable
+    assert torch.equal(*outputs)
+    target.generate(ids, assistant_model=draft, max_new_tokens=12, do_sample=True, cache_implementation="rift")
+    stats = rift_hf.last_stats(target)
+    assert not stats.repeatable and "draft_length=fixed repeats" in repr(stats)
+    target.generate(ids, assistant_model=draft, max_new_tokens=12, do_sample=False, cache_implementation="rift")
+    assert rift_hf.last_stats(target).repeatable  # greedy output is the target's own
+
+
+def test_a_call_leaves_the_drafters_schedule_as_it_found_it(pairs):
+    target, draft = _pair(pairs, "llama")
+    draft.generation_config.num_assistant_tokens_schedule = "heuristic"
+    draft.generation_config.num_assistant_tokens = 20
+    try:
+        for config in ({"step_aside": False}, None):
+            target.generate(make_prompt(40), assistant_model=draft, max_new_tokens=24, do_sample=False,
+                            cache_implementation="rift", cache_config=config)  # fmt: skip
+            assert draft.generation_config.num_assistant_tokens == 20
+    finally:
+        pin_drafting(draft, 4)

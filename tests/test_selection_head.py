@@ -100,7 +100,8 @@ def test_assisted_output_with_a_head_equals_target_greedy(tmp_path, arch, policy
     path = random_head(draft, spread=3.0).save(tmp_path)
     ids = make_prompt(40, seed=3)
     reference = target.generate(ids, max_new_tokens=32, do_sample=False)
-    config = policy_settings(policy, {**SMALL, "block_size": 4, "selection_head": str(path)})
+    # A head outside any model folder: named by a RiftConfig made in code (a dict may only name one inside the folder)
+    config = RiftConfig(**policy_settings(policy, {**SMALL, "block_size": 4, "selection_head": str(path)}))
     out = target.generate(
         ids, assistant_model=draft, max_new_tokens=32, do_sample=False, cache_implementation="rift", cache_config=config
     )

@@ -50,8 +50,8 @@ class RiftLayer(CacheLayerMixin):
         self.store: Rows | QuantizedRows | None = None
         self.compressed = False
         self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
-        # The last w verified queries and those since the last commit, for policies that rescore or measure drift.
-        self.recent_queries = RecentRows(cache.config.window + 2 * self.HEADROOM)
+        # The last w verified queries and those since the last commit (for rescoring, drift); grown as queries come.
+        self.recent_queries = RecentRows(min(cache.config.window, 256) + 2 * self.HEADROOM)
         self.scale: float | None = None
         self.sinks: torch.Tensor | None = None
         self.record_past = False
@@ -188,7 +188,7 @@ class RiftLayer(CacheLayerMixin):
         if self.cache.records_queries:
             # Kept until commit trims them to the window: a rollback must leave the last w verified queries.
             self.recent_queries.append(query.detach())
-        if self.cache.config.track_attention_mass and self.seen > query.shape[2]:  # decode steps
+        if self.cache.config.track_attention_mass and self.seen > query.shape[2] and not self.cache.reading:  # decoding
             self._log_attention_mass(query)
 
     def _log_attention_mass(self, query: torch.Tensor) -> None:

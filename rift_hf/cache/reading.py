@@ -12,6 +12,7 @@ The drafter's keys and values after the prompt are then approximate (its later t
 set held); the target verifies every draft, so this costs acceptance, never correctness. Linear-attention, SSM and
 sliding-window layers are unchanged by it: they read the chunks as they would the whole prompt.
 
+A retrieval policy (`page-retrieval`), which keeps every token by design, reads the prompt in one forward.
 `read_prompt(model, cache, input_ids, upto)` runs the chunks; `RiftCandidateGenerator` and replay call it before the
 drafter's first forward, which then feeds the rest of the prompt as usual.
 """
@@ -62,8 +63,10 @@ def chunk_plan(cache, prompt_length: int, upto: int) -> int:
     or 0 when it reads the prompt in one forward: chunks off, nothing compressed, or a prompt the budget would keep
     whole or that fits in one chunk."""
     config = cache.config.fitted(prompt_length)
-    chunk = config.prompt_chunk
-    if not chunk or not cache.rift_layers or cache.get_seq_length() or not config.policy_object.compresses:
+    chunk, policy = config.prompt_chunk, config.policy_object
+    # A retrieval policy (page-retrieval) keeps every token and has each query gather its own rows: a chunk of queries
+    # would gather a chunk's worth of copies, so it reads the prompt in one forward.
+    if not chunk or not cache.rift_layers or cache.get_seq_length() or not policy.compresses or policy.retrieves:
         return 0
     budget = config.resolve_budget(prompt_length)
     if budget == float("inf") or prompt_length <= budget or upto <= chunk:

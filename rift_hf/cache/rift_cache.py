@@ -31,6 +31,7 @@ def build_layers(cache: RiftCache, config) -> list:
     class, sliding / chunked attention transformers' own (already bounded), linear attention / SSM / short conv a
     `RiftStateLayer`. Quantisation groups that do not tile the model's head dim are refused first."""
     decoder = config.get_text_config(decoder=True)
+    cache.config.check_context(getattr(decoder, "max_position_embeddings", None))
     check_group_sizes(
         cache.config, getattr(decoder, "head_dim", None) or decoder.hidden_size // decoder.num_attention_heads
     )

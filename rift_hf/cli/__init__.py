@@ -37,11 +37,13 @@ def parser() -> Parser:
     root = Parser(prog="rift-hf", description=DESCRIPTION)
     root.add_argument("--version", action="version", version=f"rift-hf {rift_hf.__version__}")
     sub = root.add_subparsers(dest="command", required=True, parser_class=Parser)
+    root.commands = {}  # name -> its parser: a command's errors name the command (`rift-hf replay: error ...`)
     for name, command in COMMANDS.items():
         if name == "train":
             sub.add_parser("demo", help=DEMO_HELP)
         description = getattr(command, "DESCRIPTION", None)
-        command.add_arguments(sub.add_parser(name, help=command.HELP, description=description))
+        root.commands[name] = sub.add_parser(name, help=command.HELP, description=description)
+        command.add_arguments(root.commands[name])
     return root
 
 
@@ -59,11 +61,21 @@ def main(argv=None) -> None:
 
 
 def _main(argv=None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["demo"]:
-        from rift_hf.demo.app import main as demo_main
+    from ..extras import MissingExtra, require
 
-        return demo_main(argv[1:])
-    root = parser()
-    args = root.parse_args(argv)
-    COMMANDS[args.command].run(root, args)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["demo"]:
+            require("demo", "rift-hf demo")
+            from rift_hf.demo.app import main as demo_main
+
+            return demo_main(argv[1:])
+        root = parser()
+        args = root.parse_args(argv)
+        command = COMMANDS[args.command]
+        if getattr(command, "EXTRA", None):  # before any work: nothing computed, nothing written
+            require(command.EXTRA[0], f"rift-hf {args.command}", *command.EXTRA[1:])
+        command.run(root.commands[args.command], args)
+    except MissingExtra as err:
+        print(f"rift-hf: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import rift_hf
@@ -15,11 +16,20 @@ from ..models import PRESETS as MODEL_PRESETS
 PRESET_NAMES = ("tiny-random", *MODEL_PRESETS)
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` with each default once: none added where the help already says it, or where there is none."""
+
+    def _get_help_string(self, action) -> str:
+        if action.default is None or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 class Parser(argparse.ArgumentParser):
     """Subcommand parsers that print their defaults in `--help`."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
@@ -37,14 +47,34 @@ def positive_int(text: str) -> int:
     return value
 
 
+def number(low: float | None = None, high: float | None = None, low_open: bool = False):
+    """An argparse type: a finite number in `[low, high]` (`(low, high]` with `low_open`), else a usage error (one
+    line, exit status 2) before any work."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if low is not None and (value <= low if low_open else value < low):
+            raise argparse.ArgumentTypeError(f"must be {'>' if low_open else '>='} {low:g}, got {value:g}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be <= {high:g}, got {value:g}")
+        return value
+
+    return parse
+
+
 def compressions(parser, text: str) -> list[float]:
-    """`--compressions 4,8` -> `[4.0, 8.0]`, each > 1, or a usage error."""
+    """`--compressions 4,8` -> `[4.0, 8.0]`, each a finite number > 1, or a usage error."""
     try:
         values = [float(c) for c in text.split(",") if c.strip()]
     except ValueError:
         parser.error(f"--compressions takes numbers such as 4,8; got {text!r}")
-    if not values or any(c <= 1 for c in values):
-        parser.error("--compressions must be > 1 (4 keeps a quarter of the prompt)")
+    if not values or any(not math.isfinite(c) or c <= 1 for c in values):
+        parser.error(f"--compressions must be finite numbers > 1 (4 keeps a quarter of the prompt); got {text!r}")
     return values
 
 

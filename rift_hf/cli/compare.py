@@ -5,18 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..experiments.compare import LINEARS, compare
-from ..experiments.records import RESULTS, TARGETS, TRANSFORMERS
+from ..experiments.records import TRANSFORMERS, USER_RESULTS, USER_TARGETS
 from ..experiments.tables import markdown_table
 from ..models import DTYPES
 from ..models import PRESETS as MODEL_PRESETS
-from .arguments import add_run_arguments, experiment, policy_labels
+from .arguments import add_run_arguments, experiment, number, policy_labels
+
+# The extra this command needs, checked before any work: the AL metric (evaluate).
+EXTRA = ("bench",)
 
 HELP = "policies side by side on a real model preset"
 
 
 def add_arguments(parser) -> None:
     add_run_arguments(parser, input_tokens=1024, new_tokens=64, per_task=1)
-    parser.add_argument("--compression", type=float, default=4.0, help="prompt tokens per kept token (4 = budget 0.25)")
+    parser.add_argument(
+        "--compression",
+        type=number(1, low_open=True),
+        default=4.0,
+        help="prompt tokens per kept token (4 = budget 0.25)",
+    )
     parser.add_argument(
         "--dtype",
         default="auto",
@@ -32,11 +40,11 @@ def add_arguments(parser) -> None:
         "2-16 rows with MKL on the AMD CPU measured, see benchmarks/results/linear-cpu.md; --targets is not "
         "written then)",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS / "main", help="results folder")
+    parser.add_argument("--out", type=Path, default=USER_RESULTS / "compare", help="results folder")
     parser.add_argument(
         "--targets",
         type=Path,
-        default=TARGETS,
+        default=USER_TARGETS,
         help="where the target's own outputs are saved for `rift-hf replay` (real presets)",
     )
     parser.add_argument(
@@ -48,8 +56,6 @@ def add_arguments(parser) -> None:
 
 
 def run(parser, args) -> None:
-    if args.compression <= 1:
-        parser.error("--compression must be > 1 (4 keeps a quarter of the prompt)")
     policies = policy_labels(parser, args.policies, baselines=(TRANSFORMERS,))
     result = compare(
         experiment(parser, args, policies, name="main"),

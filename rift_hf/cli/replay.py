@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..experiments.records import RESULTS, SUMMARY, TARGETS
+from ..experiments.records import USER_RESULTS, USER_TARGETS
 from ..experiments.tables import markdown_table
 from ..models import PRESETS as MODEL_PRESETS
 from .arguments import add_run_arguments, compressions, experiment, policy_labels, positive_int
+
+# The extra this command needs, checked before any work: the AL metric (evaluate).
+EXTRA = ("bench",)
 
 HELP = "acceptance lengths by exact replay against cached target outputs (the target runs once per prompt)"
 DESCRIPTION = (
@@ -27,15 +30,20 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"], help="drafter dtype in replay")
     parser.add_argument("--target-dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype")
-    parser.add_argument("--targets", type=Path, default=TARGETS, help="target output cache")
+    parser.add_argument(
+        "--targets",
+        type=Path,
+        default=USER_TARGETS,
+        help="target output cache (this repository's: benchmarks/results/targets)",
+    )
     parser.add_argument("--experiment", default="E1", help="experiment name for summary.json")
     parser.add_argument(
-        "--out", type=Path, help="results folder (default: benchmarks/results/<experiment>/<preset>/replay-...)"
+        "--out", type=Path, help=f"results folder (default: {USER_RESULTS}/<experiment>/<preset>/replay-...)"
     )
     parser.add_argument(
         "--summary",
         type=Path,
-        help="summary.json path (default: benchmarks/results/summary.json; none with --draft unless given)",
+        help="summary.json path (default: <out>/summary.json; none with --draft unless given)",
     )
     parser.add_argument(
         "--cached-only", action="store_true", help="leave out prompts whose target output is not cached yet"
@@ -86,7 +94,7 @@ def run(parser, args) -> None:
         parser.error("--budget-tokens and --compressions both size the budget; pass one of them")
     sizes = compressions(parser, args.compressions or "4,8")
     name = f"replay-{args.input_tokens}in-{args.new_tokens}tok-{args.per_task}per-task"
-    out = args.out or RESULTS / args.experiment / args.preset / name
+    out = args.out or USER_RESULTS / args.experiment / args.preset / name
     models = None if args.draft is None else _drafter(parser, args)
     extra = {"track_attention_mass": True} if args.attention_mass else None
     results = replay_compare(
@@ -96,7 +104,7 @@ def run(parser, args) -> None:
         dtype=args.dtype,
         target_dtype=args.target_dtype,
         targets_dir=args.targets,
-        summary_path=args.summary or (None if models else SUMMARY),
+        summary_path=args.summary or (None if models else out / "summary.json"),
         cached_only=args.cached_only,
         models=models,
         prefills=args.prefills,

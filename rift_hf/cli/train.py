@@ -9,8 +9,11 @@ from pathlib import Path
 import rift_hf
 
 from ..models import PRESETS
-from .arguments import compressions, positive_int
+from .arguments import compressions, number, positive_int
 from .card import TRAINED, write_cards
+
+# The extra this command needs, checked before any work: training (peft, evaluate).
+EXTRA = ("training",)
 
 HELP = "compressibility distillation of a preset's drafter, evaluated before/after"
 
@@ -56,15 +59,15 @@ def add_arguments(parser) -> None:
         "compressions evaluated; budgets sampled between them",
         TRAINED,
     )
-    parser.add_argument("--steps", type=int, default=120, help="optimiser steps (one sequence each)")
-    parser.add_argument("--learning-rate", type=float, default=2e-5, help="AdamW learning rate")
+    parser.add_argument("--steps", type=positive_int, default=120, help="optimiser steps (one sequence each)")
+    parser.add_argument("--learning-rate", type=number(0, low_open=True), default=2e-5, help="AdamW learning rate")
     parser.add_argument(
-        "--save-steps", type=int, default=20, help="checkpoint interval (a rerun resumes from the last)"
+        "--save-steps", type=positive_int, default=20, help="checkpoint interval (a rerun resumes from the last)"
     )
-    parser.add_argument("--unmasked-rate", type=float, default=0.25, help="share of steps without compression")
+    parser.add_argument("--unmasked-rate", type=number(0, 1), default=0.25, help="share of steps without compression")
     parser.add_argument(
         "--alignment-weight",
-        type=float,
+        type=number(0),
         default=0.0,
         help="weight of the selection-alignment loss (prefill-window scores towards the answer's attention); 0: off",
     )
@@ -75,7 +78,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--teacher", choices=("self", "target"), default="target", help="distil from the target or the frozen drafter"
     )
-    parser.add_argument("--top-k", type=int, default=64, help="target teacher: log-probs kept per position (on disk)")
+    parser.add_argument(
+        "--top-k", type=positive_int, default=64, help="target teacher: log-probs kept per position (on disk)"
+    )
 
 
 def run(parser, args) -> None:

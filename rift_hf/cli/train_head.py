@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .arguments import positive_int
+from .arguments import number, positive_int
 from .card import write_cards
 from .train import recipe_arguments, recipe_options
+
+# The extra this command needs, checked before any work: training (peft, evaluate).
+EXTRA = ("training",)
 
 HELP = "fit a selection head (how the scorer reads the queries; drafter untouched), evaluated before/after"
 TRAINED = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-selection-head"
@@ -17,8 +20,10 @@ TRAINED = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-selection
 def add_arguments(parser) -> None:
     policy = "the policy fitted for (one that scores with its queries)"
     recipe_arguments(parser, policy, "compressions evaluated", TRAINED)
-    parser.add_argument("--epochs", type=int, default=8, help="passes over the training sequences")
-    parser.add_argument("--learning-rate", type=float, default=3e-2, help="Adam learning rate (cosine decay)")
+    parser.add_argument("--epochs", type=positive_int, default=8, help="passes over the training sequences")
+    parser.add_argument(
+        "--learning-rate", type=number(0, low_open=True), default=3e-2, help="Adam learning rate (cosine decay)"
+    )
     parser.add_argument(
         "--delta", type=positive_int, default=128, help="rift-dyn's rescoring interval (examples and evaluation)"
     )

@@ -98,76 +98,51 @@ def compare(
     }
     log = RunLog(out_dir / "runs.jsonl", settings, resume=resume)
     runs = []
+    gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+    if prompts and any(log.get(p, "target") is None for p in prompts):
+        # One untimed call of every setting first, so that no setting absorbs the process's cold start.
+        warm = prompts[0].input_ids[:, :64]
+        for policy in ["target", *policies]:
+            _run(policy, experiment, compression, target, draft, warm, {"max_new_tokens": 2, "min_new_tokens": 2})
     steps = len(prompts) * (len(policies) + 1)
     with tqdm(total=steps, desc="compare") as bar:
-        for prompt in prompts:
-            gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens}
+        for index, prompt in enumerate(prompts):
             prompt_key = (prompt.input_ids.cpu().numpy().tobytes(), new_tokens, gamma)
-            logged = log.get(prompt, "target")
-            if logged is None:
-                plain, plain_seconds, _ = _generate(reuse, (prompt_key, "target"), target, prompt.input_ids, **gen)
-                plain = plain.cpu()
-                log.add(prompt, {"prompt": prompt.name, "policy": "target", "seconds": plain_seconds}, plain)
-            else:
-                plain, plain_seconds = log.output(prompt, logged), logged["seconds"]
-            if targets_dir is not None:
-                _save_target_output(targets_dir, preset, target, prompt, plain, plain_seconds, new_tokens, dtype)
-            bar.update()
-            full_output = None
-            for policy in policies:
+            # Settings take turns: the target alone first on one prompt, last on the next (A B C, C B A).
+            order = ["target", *policies] if index % 2 == 0 else [*policies[::-1], "target"]
+            done = {}  # setting -> (row, output), this prompt's
+            for policy in order:
                 bar.set_postfix_str(f"{prompt.name} {policy}")
                 logged = log.get(prompt, policy)
-                if logged is not None and policy != TRANSFORMERS:
-                    config = experiment.config(policy, compression)
-                    check_resumable(logged, row_settings(config, prompt.tokens), str(log.path))
+                if logged is not None and policy not in ("target", TRANSFORMERS):
+                    check_resumable(logged, row_settings(experiment.config(policy, compression), prompt.tokens),
+                                    str(log.path))  # fmt: skip
                 if logged is not None:
-                    out = log.output(prompt, logged)
                     run = {k: v for k, v in logged.items() if k not in ("new_ids", "prompt_sha")}
-                    run["same_as_target"] = bool(torch.equal(out, plain))
-                    if policy == "full":
-                        full_output = out
-                    elif "same_as_full_drafter" in run:
-                        same = None if full_output is None else bool(torch.equal(out, full_output))
-                        run["same_as_full_drafter"] = same
-                    runs.append(run)
-                    bar.update()
-                    continue
-                if policy == TRANSFORMERS:
-                    run, out = _transformers_run(target, draft, prompt, plain, plain_seconds, gen)
-                    runs.append(run)
+                    done[policy] = run, log.output(prompt, logged)
+                else:
+                    memo = (prompt_key, "target") if policy == "target" else None
+                    if policy not in ("target", TRANSFORMERS):
+                        config = experiment.config(policy, compression)
+                        same = {"policy": "full"} if config["policy"] == "full" else config
+                        memo = (prompt_key, json.dumps(same, sort_keys=True))
+                    run, out = _run(policy, experiment, compression, target, draft, prompt, gen, reuse, memo)
+                    done[policy] = run, out
                     log.add(prompt, run, out)
-                    bar.update()
-                    continue
-                config = experiment.config(policy, compression)
-                same = {"policy": "full"} if config["policy"] == "full" else config
-                out, seconds, stats = _generate(
-                    reuse,
-                    (prompt_key, json.dumps(same, sort_keys=True)),
-                    target,
-                    prompt.input_ids,
-                    assistant_model=draft,
-                    cache_implementation="rift",
-                    cache_config=config,
-                    **gen,
-                )
-                out = out.cpu()
-                if policy == "full":
-                    full_output = out
-                output_tokens = out.shape[1] - prompt.tokens
-                runs.append(
-                    {
-                        **stats_row(prompt, policy, stats, output_tokens, config),
-                        # Decode rounds only: the first round also holds the drafter's prefill.
-                        "draft_ms_per_token": stats.decode_ms_per_draft_token,
-                        "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
-                        "tokens_per_s": output_tokens / seconds,
-                        "speedup": plain_seconds / seconds,
-                        "same_as_target": bool(torch.equal(out, plain)),
-                        "same_as_full_drafter": None if full_output is None else bool(torch.equal(out, full_output)),
-                    }
-                )
-                log.add(prompt, runs[-1], out)
                 bar.update()
+            plain_run, plain = done.pop("target")
+            if targets_dir is not None:
+                seconds = plain_run["seconds"]
+                _save_target_output(targets_dir, preset, target, prompt, plain, seconds, new_tokens, dtype)
+            full_output = done["full"][1] if "full" in done else None
+            for policy in policies:  # in the policies' order, whatever order they ran in
+                run, out = done[policy]
+                run["same_as_target"] = bool(torch.equal(out, plain))
+                if "seconds" in run:
+                    run["speedup"] = plain_run["seconds"] / run.pop("seconds")
+                if policy not in ("full", TRANSFORMERS):
+                    run["same_as_full_drafter"] = None if full_output is None else bool(torch.equal(out, full_output))
+                runs.append(run)
     summary = summarise(runs, policies)
     result = {
         "experiment": experiment.name,
@@ -181,7 +156,7 @@ def compare(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
-    update_summary(result, experiment.name, summary_path or out_dir.parent / "summary.json")
+    update_summary(result, experiment.name, summary_path or out_dir / "summary.json")
     from .plots import plot_compare
 
     plot_compare(result, out_dir / "compare.png")
@@ -190,29 +165,43 @@ def compare(
     return result
 
 
-def _transformers_run(target, draft, prompt, plain, plain_seconds, gen) -> tuple[dict, torch.Tensor]:
-    """transformers' own assisted generation (the drafter on a `DynamicCache`): speed, and AL as new tokens per target
-    forward (one forward per round)."""
-    forwards = []
-    handle = target.register_forward_pre_hook(lambda *_: forwards.append(1))
-    try:
-        out, seconds = _timed_generate(target, prompt.input_ids, assistant_model=draft, **gen)
-    finally:
-        handle.remove()
+def _run(policy, experiment, compression, target, draft, prompt, gen, memo=None, key=None) -> tuple[dict, torch.Tensor]:
+    """One generation of `policy` (`target`: the target alone; `transformers`: its own assisted generation, the
+    drafter on a `DynamicCache`; else a rift policy) on `prompt` (a `Prompt`, or token ids for a warm-up), as the row
+    `compare` records (its `seconds` become the `speedup` once the target alone's are known) and the output."""
+    ids = prompt if isinstance(prompt, torch.Tensor) else prompt.input_ids
+    if policy == "target":
+        out, seconds, _ = _generate(memo, key, target, ids, **gen)
+        return {"prompt": getattr(prompt, "name", ""), "policy": "target", "seconds": seconds}, out.cpu()
+    if policy == TRANSFORMERS:
+        forwards = []
+        handle = target.register_forward_pre_hook(lambda *_: forwards.append(1))
+        try:
+            out, seconds = _timed_generate(target, ids, assistant_model=draft, **gen)
+        finally:
+            handle.remove()
+        new = out.shape[1] - ids.shape[1]
+        row = {"prompt": getattr(prompt, "name", ""), "task": getattr(prompt, "task", ""), "policy": TRANSFORMERS,
+               "input_tokens": ids.shape[1], "output_tokens": new, "al": new / len(forwards), "rounds": len(forwards),
+               "tokens_per_s": new / seconds, "seconds": seconds}  # fmt: skip
+        return row, out.cpu()
+    config = experiment.config(policy, compression)
+    out, seconds, stats = _generate(
+        memo, key, target, ids, assistant_model=draft, cache_implementation="rift", cache_config=config, **gen
+    )
     out = out.cpu()
-    new = out.shape[1] - prompt.tokens
-    return {
-        "prompt": prompt.name,
-        "task": prompt.task,
-        "policy": TRANSFORMERS,
-        "input_tokens": prompt.tokens,
-        "output_tokens": new,
-        "al": new / len(forwards),
-        "rounds": len(forwards),
-        "tokens_per_s": new / seconds,
-        "speedup": plain_seconds / seconds,
-        "same_as_target": bool(torch.equal(out, plain)),
-    }, out
+    if isinstance(prompt, torch.Tensor):  # a warm-up: nothing recorded
+        return {}, out
+    output_tokens = out.shape[1] - prompt.tokens
+    row = {
+        **stats_row(prompt, policy, stats, output_tokens, config),
+        # Decode rounds only: the first round also holds the drafter's prefill.
+        "draft_ms_per_token": stats.decode_ms_per_draft_token,
+        "rescore_share": stats.rescore_seconds / stats.draft_seconds if stats.draft_seconds else 0.0,
+        "tokens_per_s": output_tokens / seconds,
+        "seconds": seconds,
+    }
+    return row, out
 
 
 def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds: float, new_tokens: int, dtype: str):

@@ -59,8 +59,8 @@ def run_head(
 
     from transformers import AutoTokenizer
 
+    from ..attention import use_rift_attention
     from ..config import RiftConfig
-    from ..generation.candidate import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
     from .recipe import (
         PROXY_MODULES,

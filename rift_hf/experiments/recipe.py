@@ -238,7 +238,7 @@ def run(
     from transformers import AutoTokenizer, TrainerState, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..generation.candidate import use_rift_attention
+    from ..attention import use_rift_attention
     from ..models import PRESETS, ensure_local, load_model
     from ..training.distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
     from ..training.selection import alignment_loss, captured_attention, future_attention, selection_recall

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import statistics
 from collections import Counter
@@ -23,6 +24,10 @@ METRIC = Path(__file__).resolve().parent.parent / "metrics" / "acceptance_length
 RESULTS = Path("benchmarks/results")
 TARGETS = RESULTS / "targets"
 SUMMARY = RESULTS / "summary.json"
+# Where a user's runs go unless told (`rift-hf compare` / `replay`): never into the current directory's tree.
+USER_HOME = Path(os.environ.get("RIFT_HF_HOME", Path.home() / ".cache" / "rift-hf"))
+USER_RESULTS = USER_HOME / "results"
+USER_TARGETS = USER_HOME / "targets"
 SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "input_tokens", "output_tokens")
 # What every row written before rows named their settings (2026-12-05) ran with, where a default changed since: such a
 # row is compared on these, so it is never resumed under a label that now means something else.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
+from ..attention import use_rift_attention
 from ..config import RiftConfig
-from ..generation.candidate import use_rift_attention
 from ..prefill import load_prefill_file, prefill_folder
 from ..replay import (
     cached_target_output,

@@ -17,6 +17,7 @@ from transformers.generation.candidate_generator import (
 from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
 from .._compat import CACHE
+from ..attention import use_rift_attention
 from ..cache import RiftCache
 from ..cache.reading import chunk_plan, read_prompt
 from ..config import RiftConfig
@@ -26,21 +27,6 @@ from .draft_length import DraftLength
 from .payoff import Payoff
 from .stateful import VerifierCache
 from .stats import RiftStats
-
-
-def use_rift_attention(model, config: RiftConfig) -> None:
-    """Switch `model` to the "rift" attention backend when the policy needs the queries it sees."""
-    if not (config.is_scored or config.track_attention_mass):
-        return
-    if model.config._attn_implementation == "rift":
-        return
-    try:
-        model.set_attn_implementation("rift")
-    except (ValueError, NotImplementedError) as err:
-        raise ValueError(
-            f"Policy {config.policy!r} needs the 'rift' attention backend, which {type(model).__name__} cannot use "
-            f"({err}); choose 'swa' or 'full', or load the model with attn_implementation='rift'."
-        ) from err
 
 
 def draft_entropy(logits: torch.Tensor) -> list[float]:
@@ -151,6 +137,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.cache.activate_past_recording()
         self.assistant_kwargs[CACHE] = self.cache
         self.stats = RiftStats(policy=self.rift_config.policy)
+        # Sampling draws the target's random numbers per drafted token, so lengths chosen from measured time (the
+        # default) make a seeded sampled call unrepeatable; fixed lengths repeat it (`RiftStats.repeatable`).
+        self.stats.repeatable = not self.generation_config.do_sample or self.rift_config.draft_length == "fixed"
         # Compiled drafting (`compile=True`): the drafter's one-token forwards replay one compiled step.
         self.compiled = CompiledDrafting(assistant_model, self.cache) if self.rift_config.compile else None
         self._pending: dict | None = None
@@ -164,6 +153,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         # either drafts or leaves the target to decode alone (`stepped_aside`).
         self.payoff: Payoff | None = None
         self.target, self.stepped_aside, self._learnt_acceptance = target, False, (0.0, 0.0)
+        self._drafted_before = False  # a round of this call drafted (its first read the prompt)
         if self.rift_config.draft_length == "auto":
             longest = max(1, int(self.num_assistant_tokens))
             learnt = None if target is None else _LEARNT.get(target, {}).get(assistant_model)
@@ -380,7 +370,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
                 self.payoff.observe_target(verify or 0.0)
         elif self.draft_length is not None:
             reason = self.draft_length.chosen[-1][1]
-            if self.payoff is not None and pending["drafted"] and self.draft_length.rounds == 0:
+            if self.payoff is not None and pending["drafted"] and not self._drafted_before:
                 # The call's first drafting round: its first forward read the prompt (with what a chunked pass read
                 # before it), what the rule estimated.
                 first = pending["forwards"][0] if pending["forwards"] else 0.0
@@ -391,4 +381,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.stats.record_round(
             self.cache, pending["drafted"], accepted, pending["draft_seconds"], pending["entropy"], verify, reason
         )
+        self._drafted_before = self._drafted_before or bool(pending["drafted"])
         self._pending = None
+        if self.draft_length is not None:
+            # The next round's length is chosen afresh; between rounds (and after the call, when transformers writes a
+            # heuristic schedule's length back into the drafter's generation config) it reads as the longest.
+            self.num_assistant_tokens = self.draft_length.max_length

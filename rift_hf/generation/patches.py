@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from pathlib import Path
 
 from transformers import DynamicCache, StaticCache
 from transformers.generation import configuration_utils
@@ -20,10 +21,11 @@ from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.utils import GenerationMixin
 
 from .._compat import CACHE
+from ..attention import use_rift_attention
 from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
-from .candidate import RiftCandidateGenerator, use_rift_attention
+from .candidate import RiftCandidateGenerator
 from .decode import DRAFT_PREFILL
 from .stateful import VerifierCache, needs_verifier, verifier_cache
 from .stats import RiftStats
@@ -54,6 +56,24 @@ def last_stats(model) -> RiftStats | None:
     >>> rift_hf.last_stats(target).acceptance_length
     """
     return _LAST_STATS.get(model, {}).get(threading.get_ident())
+
+
+def rift_config_of(generation_config, model) -> RiftConfig:
+    """The call's `cache_config` as a `RiftConfig`. A dict (the user's, or one a model's `generation_config.json`
+    carried) may name a selection head only inside the model's own folder, as a saved `rift_config.json` may; a
+    `RiftConfig` made in code names any file."""
+    value = generation_config.cache_config
+    head = value.get("selection_head") if isinstance(value, dict) else None
+    if not head:
+        return RiftConfig.coerce(value)
+    folder = Path(str(getattr(model, "name_or_path", "") or ""))
+    if not folder.is_dir():
+        raise ValueError(
+            f"cache_config names selection_head {head!r}, but {type(model).__name__} was not loaded from a local "
+            "folder to read it from; pass cache_config=RiftConfig(selection_head=...) made in your own code, or "
+            "RiftConfig.from_pretrained(<folder>) for a head saved beside its config."
+        )
+    return RiftConfig.coerce(value, folder=folder)
 
 
 def _looks_like_rift(cache_config) -> bool:
@@ -113,7 +133,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
     if not generation_config.is_assistant:
         _set_stats(self, None)  # statistics belong to the call that made them
         _check_request(generation_config, model_kwargs)
-    rift_config = RiftConfig.coerce(generation_config.cache_config)
+    rift_config = rift_config_of(generation_config, self)
     if isinstance(user_cache, StaticCache):
         raise ValueError(f"A StaticCache cannot be combined with cache_implementation='rift'; drop `{CACHE}`.")
     if generation_config.is_assistant and isinstance(user_cache, RiftCache):
@@ -146,12 +166,15 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         else:
             model_kwargs[CACHE] = DynamicCache(config=self.config.get_text_config(decoder=True))
         return None
-    use_rift_attention(self, rift_config)
-    cache = RiftCache(self.config, rift_config)
-    model_kwargs[CACHE] = cache
-    stats = RiftStats(policy=rift_config.policy, rescorings=cache.events)
-    _set_stats(self, stats)
-    return None
+    # Without a drafter there is no one else's cache to compress: rift would compress this model's own, and change
+    # its output. That is a lossy choice only a cache object passed on purpose makes.
+    raise ValueError(
+        "cache_implementation='rift' compresses the drafter's cache in assisted generation, so the output stays the "
+        "target's own; this call has no drafter, so it would compress this model's own cache and could change its "
+        "output. Pass assistant_model=<a smaller model of the same family>, or, to compress this model's own cache "
+        "knowingly (lossy), pass past_key_values=rift_hf.RiftCache(model.config, {...}) instead of "
+        "cache_implementation."
+    )
 
 
 def _get_candidate_generator(
@@ -226,7 +249,7 @@ def _get_candidate_generator(
         model_kwargs=model_kwargs,
         inputs_tensor=inputs_tensor,
         logits_processor=logits_processor,
-        rift_config=RiftConfig.coerce(generation_config.cache_config),
+        rift_config=rift_config_of(generation_config, self),
         target=self,
     )
     _set_stats(self, generator.stats)

@@ -25,6 +25,10 @@ class RiftStats:
         stepped_aside: the default (`draft_length="auto"`) judged that speculation could not repay the drafter's
             prompt pass and let the target decode alone (the drafter never ran); `payoff` holds that judgement's
             estimates (`rift_hf.generation.payoff`), None where it was not made.
+        repeatable: whether the same call under the same seed gives the same output: always for greedy decoding (the
+            target's own output); when sampling only with `draft_length="fixed"`, since the default chooses draft
+            lengths (and whether to draft) from measured time, and each drafted token consumes the target's random
+            draws. For repeatable sampling pass `cache_config={"draft_length": "fixed"}`.
         prompt_read_seconds, prompt_chunks: with a chunked prompt pass (`prompt_chunk`), its seconds and chunks.
         prompt_load_seconds: with a recorded prompt forward (`generate_from`), the seconds spent loading it into the
             drafter's cache (store filled and quantised, prompt scores), which a real run spends in its prompt
@@ -44,6 +48,7 @@ class RiftStats:
     compiles: int = 0
     peak_bytes: int = 0
     stepped_aside: bool = False
+    repeatable: bool = True
     payoff: dict | None = None
     prompt_read_seconds: float | None = None
     prompt_chunks: int = 0
@@ -133,6 +138,7 @@ class RiftStats:
         return (
             f"RiftStats(policy={self.policy!r}, budget={budget}, rounds={len(self.rounds)}, "
             f"{'stepped_aside=True, ' if self.stepped_aside else ''}"
+            f"{'' if self.repeatable else 'repeatable=False (sampling; draft_length=fixed repeats), '}"
             f"AL={self.acceptance_length:.2f}, drafted={self.drafted}, accepted={self.accepted}, "
             f"rounds_without_drafting={self.rounds_without_drafting}, rescorings={len(self.rescorings)}, "
             f"peak_kv={self.peak_kv_bytes / 2**20:.2f} MiB, peak_store={self.peak_store_bytes / 2**20:.2f} MiB)"
@@ -153,6 +159,7 @@ class RiftStats:
             "peak_kv_bytes": self.peak_kv_bytes,
             "peak_bytes": self.peak_bytes,
             "stepped_aside": self.stepped_aside,
+            "repeatable": self.repeatable,
             "payoff": self.payoff,
             "peak_store_bytes": self.peak_store_bytes,
             "rounds": self.rounds,

@@ -37,6 +37,22 @@ class Auto(Policy):
             return {"policy": "rift-dyn", "tokens_ahead": 128}
         return {"policy": "page-round"}
 
+    def check_budget(self, budget: int) -> None:
+        """A budget in tokens must suit both policies `auto` can resolve to (the prompt's length decides which)."""
+        import dataclasses
+
+        super().check_budget(budget)
+        for length in (LONG_PROMPT - 1, LONG_PROMPT):
+            chosen = self.choice(length)
+            try:
+                dataclasses.replace(self.config, block_size=None, pages_ahead=None, rechoose_after=None, **chosen)
+            except ValueError as err:
+                which = ">=" if length >= LONG_PROMPT else "<"
+                raise ValueError(
+                    f"policy='auto' resolves to {chosen['policy']!r} for prompts of {which} {LONG_PROMPT} tokens, and "
+                    f"there: {err}"
+                ) from None
+
     def _unresolved(self, *_, **__):
         raise RuntimeError(
             "Policy 'auto' is resolved to page-round or rift-dyn once the prompt's length is known "

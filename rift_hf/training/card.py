@@ -380,6 +380,7 @@ def _card_data(result: dict, model_name: str, license: str, base_model: str) -> 
             metric_value=round(after["full"]["al"], 4),
         )
     ]
+    head = result.get("kind") == "selection-head"
     return ModelCardData(
         model_name=model_name,
         base_model=base_model,
@@ -388,10 +389,11 @@ def _card_data(result: dict, model_name: str, license: str, base_model: str) -> 
             if license.lower().startswith("apache-2.0")
             else {"license": "other", "license_name": license.split(" (")[0].lower().replace(" ", "-")}
         ),
-        # A selection head adds a file to an unchanged model (an adapter); a distilled drafter is a fine-tune.
-        base_model_relation="adapter" if result.get("kind") == "selection-head" else "finetune",
+        # A selection head's repository holds a head file and a rift config, read by rift-hf beside the unchanged base
+        # model (no weights: transformers alone loads nothing from it); a distilled drafter is a fine-tune.
+        **({} if head else {"base_model_relation": "finetune"}),
         language=["code", "en"],
-        library_name="transformers",
+        library_name="rift-hf" if head else "transformers",
         pipeline_tag="text-generation",
         tags=["speculative-decoding", "drafter", "kv-cache-compression", "rift-hf"],
         eval_results=eval_results,

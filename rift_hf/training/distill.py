@@ -185,7 +185,7 @@ class RiftDistillationTrainer(Trainer):
         self.alignment_weight = alignment_weight
         self.alignment_log: list[float] = []  # the alignment loss of every sequence trained on, in order
         if alignment_weight:
-            from ..generation.candidate import use_rift_attention
+            from ..attention import use_rift_attention
 
             # The loss reads the queries and keys the "rift" backend sees; rift-stat needs that backend too.
             use_rift_attention(self.model, RiftConfig(**policy_settings("rift-stat", sampler.overrides)))

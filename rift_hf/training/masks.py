@@ -18,10 +18,9 @@ from contextlib import contextmanager
 import torch
 
 from .._compat import CACHE
-from ..attention import LAYER_MASKS
+from ..attention import LAYER_MASKS, use_rift_attention
 from ..cache import RiftCache
 from ..config import RiftConfig
-from ..generation.candidate import use_rift_attention
 
 
 @torch.no_grad()
