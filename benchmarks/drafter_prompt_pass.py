@@ -5,7 +5,7 @@
 Per input length (one `repo` prompt of that length), the drafter reads the prompt (all but its last token, as the
 assisted loop leaves it) into a `RiftCache` of the policy `auto` picks for that length, in one of these passes:
 
-- `full`: one forward over the prompt (`prompt_chunk=0`, today's default);
+- `full`: one forward over the prompt (`prompt_chunk=0`, the default before 2026-12-07);
 - `chunked@...`: `prompt_chunk` / `prompt_budget` as labelled (`rift_hf.cache.reading`);
 - `floor`: the same weights over every token in chunks of 1,024 with attention reduced to nothing (an attention
   function that returns zeros): the cost no pass that runs the drafter's weights over every token can go below.
@@ -109,11 +109,12 @@ def run(args) -> dict:
                     row["seconds"] = _floor_seconds(draft, ids[:, :-1])
                     row["peak_kv_bytes"] = 0
                 else:
-                    name, _, _ = label.partition("@")
                     fields = {k: v for k, v in label_fields(label).items() if k != "policy"}
+                    if label == "full":
+                        fields["prompt_chunk"] = 0  # the whole prompt in one forward
                     seconds, peak, cache = _read(draft, ids, fields)
                     row.update(seconds=seconds, peak_kv_bytes=peak, policy=cache.config.policy)
-                    row["settings"] = {"prompt_chunk": cache.config.prompt_chunk, "budget": cache.config.budget}
+                    row["settings"] = {"prompt_chunk": cache.config.reading_chunk, "budget": cache.config.budget}
                     row["settings"]["prompt_budget"] = cache.config.prompt_budget
                     del cache
                 row["full_kv_bytes"] = full_kv_bytes(draft, ids.shape[1] - 1)

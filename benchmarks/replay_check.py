@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from rift_hf.cli import split_labels
-from rift_hf.experiments.records import TARGETS, Experiment, machine
+from rift_hf.experiments.records import ADDED_LATER, TARGETS, Experiment, machine
 from rift_hf.experiments.replay_runs import replay_compare
 
 COMPARED = ("rounds", "accepted", "rescorings", "al", "output_tokens")
@@ -38,7 +38,7 @@ def check(folder: Path, policies: list[str], per_task: int, targets: Path = TARG
     experiment = Experiment(
         preset=setting["preset"], policies=tuple(policies), input_tokens=setting["input_tokens"],
         new_tokens=setting["new_tokens"], per_task=per_task, tasks=setting.get("tasks"), sources=setting["sources"],
-        gamma=setting["gamma"], window=setting["window"], delta=setting["delta"], extra=setting.get("extra") or None,
+        gamma=setting["gamma"], window=setting["window"], delta=setting["delta"], extra=_extra(setting, committed),
         budget_tokens=setting.get("budget_tokens"), name="replay-check",
     )  # fmt: skip
     drafter, target = (part.split()[1] for part in setting["dtype"].split(", "))
@@ -65,6 +65,17 @@ def check(folder: Path, policies: list[str], per_task: int, targets: Path = TARG
         "same": sum(not r["differs"] for r in rows),
         "rows": rows,
     }
+
+
+def _extra(setting: dict, committed: dict) -> dict | None:
+    """The fields every policy ran with: the folder's own, and what rows written before a default changed ran with
+    (`ADDED_LATER`: the prompt read in one forward) unless their settings say otherwise."""
+    extra = dict(setting.get("extra") or {})
+    rows = list(committed.values())
+    for name, before in ADDED_LATER.items():
+        if name not in extra and not any(name in r.get("settings", {}) for r in rows):
+            extra[name] = before
+    return {k: v for k, v in extra.items() if v is not None} or None
 
 
 def main(argv=None) -> None:

@@ -39,6 +39,10 @@ TOKEN_FIELDS = (
     "store_residual", "kv_group_size", "prompt_chunk", "prompt_budget",
 )  # fmt: skip
 MAX_TOKENS = 1 << 24  # 16.8M tokens: beyond any model's context
+# The drafter reads a prompt in chunks of this many tokens by default (`RiftConfig.prompt_chunk`): on the ~4K standard
+# library prompts its retention stayed within 0.02 of one forward's, and at ~32K the pass took 0.47-0.72x the time
+# (docs/results/prompt-pass.md).
+DEFAULT_CHUNK = 1024
 
 
 def policy_fields() -> set[str]:
@@ -141,12 +145,14 @@ class RiftConfig:
             rounds and let it decode the whole call alone (the drafter never runs) when speculation cannot repay the
             drafter's prompt pass in the tokens left (`rift_hf.generation.payoff`; `last_stats(...).stepped_aside`).
             False always drafts.
-        prompt_chunk (`int`, defaults to 0): read the prompt into the drafter's cache in chunks of this many tokens,
+        prompt_chunk (`int`, *optional*): read the prompt into the drafter's cache in chunks of this many tokens,
             the policy choosing its working set after each, instead of in one forward over the whole prompt
             (`rift_hf.cache.reading`): the drafter then never holds more than its working set plus one chunk at full
             precision, and its attention over the prompt costs time linear in the prompt. Its keys and values are
             then approximate, which costs acceptance, never correctness. 0 reads the prompt in one forward (as
-            `page-retrieval`, which keeps every token, always does).
+            `page-retrieval`, which keeps every token, always does). Defaults to `DEFAULT_CHUNK` (1024, or the
+            observation window if longer) where the policy can read in chunks, and 0 with `kv_dtype` (`reading_chunk`
+            is the chunk in effect).
         prompt_budget (`int` or `float`, *optional*): with `prompt_chunk`, the working set a store policy reads with
             (tokens, or a fraction of the prompt; at most `budget`); its real working set is chosen from the store
             once the prompt is read. Policies without a store read with `budget`. Defaults to `budget`.
@@ -201,7 +207,7 @@ class RiftConfig:
     selection_head: str | None = None
     draft_length: str = "auto"
     step_aside: bool = True
-    prompt_chunk: int = 0
+    prompt_chunk: int | None = None
     prompt_budget: int | float | None = None
     compile: bool = False
 
@@ -315,10 +321,19 @@ class RiftConfig:
         if pages > limit:
             raise ValueError(f"`pages_ahead` x `block_size` = {pages} tokens exceeds {what}; lower `pages_ahead`.")
 
+    @property
+    def reading_chunk(self) -> int:
+        """The chunk the prompt is read in (`prompt_chunk`, or its default); 0: one forward."""
+        if self.prompt_chunk is not None:
+            return self.prompt_chunk
+        return 0 if self.kv_dtype is not None else max(DEFAULT_CHUNK, self.window)
+
     def _check_reading(self) -> None:
         """`prompt_chunk` (0 or a chunk of at least the observation window) and `prompt_budget` (like `budget`)."""
         chunk = self.prompt_chunk
-        if isinstance(chunk, bool) or not isinstance(chunk, int):
+        if chunk is None:
+            chunk = self.reading_chunk
+        elif isinstance(chunk, bool) or not isinstance(chunk, int):
             raise TypeError(f"`prompt_chunk` must be an int (tokens per chunk, 0 for one forward), got {chunk!r}.")
         least = self.window if self.is_scored else 1  # a scored policy chooses with a chunk's last `window` queries
         if chunk < 0 or 0 < chunk < least:
@@ -326,7 +341,7 @@ class RiftConfig:
                 f"`prompt_chunk` must be 0 (read the prompt in one forward) or at least {least} tokens (policy "
                 f"{self.policy!r} chooses with a chunk's last `window` queries), got {chunk}."
             )
-        if chunk and self.kv_dtype is not None:
+        if self.prompt_chunk and self.kv_dtype is not None:
             raise ValueError(
                 "A chunked prompt pass (`prompt_chunk`) chooses among full-precision rows; drop `kv_dtype` or set "
                 "prompt_chunk=0."

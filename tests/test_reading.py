@@ -115,6 +115,11 @@ def test_chunk_plan_reads_only_what_compression_would_shrink():
     kept_whole = RiftCache(_llama_config(), {"policy": "page-round", "budget": 2000, "prompt_chunk": 64})
     assert chunk_plan(kept_whole, 1000, 999) == 0
     assert chunk_plan(RiftCache(_llama_config(), {"policy": "full", "prompt_chunk": 64}), 1000, 999) == 0
+    # The default: chunks of 1024 (or the observation window), none with a quantised selection.
+    assert chunk_plan(RiftCache(_llama_config(), {"policy": "page-round", "window": 16}), 3000, 2999) == 1024
+    assert RiftConfig(policy="rift-stat", window=2048).reading_chunk == 2048
+    assert RiftConfig(policy="rift-stat", kv_dtype="int4").reading_chunk == 0
+    assert RiftConfig(policy="page-round", prompt_chunk=0).reading_chunk == 0
 
 
 def test_reading_sizes_follow_the_policy_layout():
@@ -132,7 +137,7 @@ def test_reading_sizes_follow_the_policy_layout():
         ({"prompt_chunk": 8}, ValueError, "at least 64"),
         ({"prompt_chunk": -1}, ValueError, "prompt_chunk"),
         ({"prompt_chunk": 64.0}, TypeError, "prompt_chunk"),
-        ({"prompt_budget": 128}, ValueError, "set `prompt_chunk` too"),
+        ({"prompt_budget": 128, "prompt_chunk": 0}, ValueError, "set `prompt_chunk` too"),
         ({"prompt_chunk": 64, "prompt_budget": 1.5}, ValueError, "fraction"),
         ({"prompt_chunk": 64, "prompt_budget": 0}, ValueError, "positive"),
         ({"prompt_chunk": 64, "prompt_budget": "half"}, TypeError, "prompt_budget"),

@@ -428,11 +428,15 @@ def test_rows_without_settings_resume_as_written_before_they_named_them():
     from rift_hf.experiments.records import check_resumable, row_settings
 
     old = {"prompt": "continue:a", "policy": "page-round"}  # written before rows named their settings
-    check_resumable(old, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 0}, 4096), "rows")
-    check_resumable({**old, "policy": "snapkv"}, row_settings({"policy": "snapkv", "budget": 0.25}, 4096), "rows")
+    then = {"budget": 0.25, "prompt_chunk": 0}  # the prompt read in one forward, as every row then was
+    check_resumable(old, row_settings({"policy": "page-round", "rechoose_after": 0, **then}, 4096), "rows")
+    check_resumable({**old, "policy": "snapkv"}, row_settings({"policy": "snapkv", **then}, 4096), "rows")
     with pytest.raises(ValueError, match="rechoose_after=0.*rechoose_after=2.*page-round@rechoose_after=2"):
-        check_resumable(old, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 2}, 4096), "rows")
+        check_resumable(old, row_settings({"policy": "page-round", "rechoose_after": 2, **then}, 4096), "rows")
+    # The chunked prompt pass, default since 2026-12-07: such a row never resumes under a label that now reads so.
+    with pytest.raises(ValueError, match="prompt_chunk=0.*prompt_chunk=1024"):
+        check_resumable(old, row_settings({"policy": "page-round", "rechoose_after": 0, "budget": 0.25}, 4096), "rows")
     named = {"prompt": "continue:a", "policy": "page-round@rechoose_after=2"}  # the label set it: no assumption
-    check_resumable(named, row_settings({"policy": "page-round", "budget": 0.25, "rechoose_after": 2}, 4096), "rows")
+    check_resumable(named, row_settings({"policy": "page-round", "rechoose_after": 2, **then}, 4096), "rows")
     # `auto` is recorded as the policy it resolves to for the prompt's length.
     assert row_settings({"policy": "auto", "budget": 0.25}, 4096)["policy"] == "page-round"

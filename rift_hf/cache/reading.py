@@ -63,7 +63,7 @@ def chunk_plan(cache, prompt_length: int, upto: int) -> int:
     or 0 when it reads the prompt in one forward: chunks off, nothing compressed, or a prompt the budget would keep
     whole or that fits in one chunk."""
     config = cache.config.fitted(prompt_length)
-    chunk, policy = config.prompt_chunk, config.policy_object
+    chunk, policy = config.reading_chunk, config.policy_object
     # A retrieval policy (page-retrieval) keeps every token and has each query gather its own rows: a chunk of queries
     # would gather a chunk's worth of copies, so it reads the prompt in one forward.
     if not chunk or not cache.rift_layers or cache.get_seq_length() or not policy.compresses or policy.retrieves:

@@ -32,6 +32,9 @@ SUMMARY_KEYS = ("experiment", "method", "preset", "policy", "compression", "inpu
 # What every row written before rows named their settings (2026-12-05) ran with, where a default changed since: such a
 # row is compared on these, so it is never resumed under a label that now means something else.
 SETTINGS_BEFORE = {"rechoose_after": 0}
+# Settings rows began to record later than others (2026-12-07), and what every row without them ran with: the drafter
+# read the prompt in one forward.
+ADDED_LATER = {"prompt_chunk": 0, "prompt_budget": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,14 +128,19 @@ def row_settings(config: dict | RiftConfig, prompt_tokens: int) -> dict:
     has changed.
     """
     fitted = RiftConfig.coerce(config).fitted(prompt_tokens)
-    fields = sorted(policy_class(fitted.policy).params) + ["store_dtype", "kv_dtype"]
-    return {"policy": fitted.policy, **{name: getattr(fitted, name) for name in fields}}
+    fields = sorted(policy_class(fitted.policy).params) + ["store_dtype", "kv_dtype", *ADDED_LATER]
+    settings = {"policy": fitted.policy, **{name: getattr(fitted, name) for name in fields}}
+    policy = policy_class(fitted.policy)
+    # The chunk in effect (a default of None means 1024 or 0); none where the prompt is read whole all the same.
+    settings["prompt_chunk"] = fitted.reading_chunk if policy.compresses and not policy.retrieves else 0
+    return settings
 
 
 def check_resumable(row: dict, settings: dict, where: str) -> None:
     """Raise if a row read back to resume a run was written with other settings than its label has now."""
     named = label_fields(row["policy"])  # a field the label names was set, whatever the default was then
     held = row.get("settings", {k: v for k, v in SETTINGS_BEFORE.items() if k not in named})
+    held = {**{k: v for k, v in ADDED_LATER.items() if k not in named}, **held}
     differ = sorted(k for k in held.keys() & settings.keys() if held[k] != settings[k])
     if differ:
         then = ", ".join(f"{k}={held[k]!r}" for k in differ)

@@ -323,7 +323,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         if fed:
             _sync(self.assistant_model.device)
             self.stats.prompt_read_seconds = time.perf_counter() - tick
-            self.stats.prompt_chunks = -(-fed // self.cache.config.prompt_chunk)
+            self.stats.prompt_chunks = -(-fed // self.cache.config.reading_chunk)
 
     def _idle_tokens(self, generation_args: dict) -> int:
         """How many of the tokens this round's first forward re-feeds the target emitted without drafts, when the

@@ -150,11 +150,11 @@ def _attended_while_reading(config, prompt_tokens: int) -> float | None:
 
     fitted = config.fitted(prompt_tokens)
     budget = fitted.resolve_budget(prompt_tokens)
-    if not fitted.prompt_chunk or budget == float("inf") or prompt_tokens <= budget:
+    if not fitted.reading_chunk or budget == float("inf") or prompt_tokens <= budget:
         return None
     recent = fitted.recent_tokens(budget)
     working, _, _ = reading_sizes(fitted, prompt_tokens, budget, recent, budget - recent - fitted.n_sink)
-    return min(prompt_tokens / 2, working + fitted.prompt_chunk / 2)
+    return min(prompt_tokens / 2, working + fitted.reading_chunk / 2)
 
 
 def _draft_step_seconds(draft, config, prompt_tokens: int) -> float:
