@@ -12,7 +12,7 @@ from ..models import PRESETS as MODEL_PRESETS
 from .arguments import add_run_arguments, experiment, number, policy_labels
 
 # The extra this command needs, checked before any work: the AL metric (evaluate).
-EXTRA = ("bench",)
+EXTRA = ("bench", ("evaluate", "matplotlib"))  # gguf only where a real preset is converted (models.py)
 
 HELP = "policies side by side on a real model preset"
 

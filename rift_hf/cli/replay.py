@@ -11,7 +11,7 @@ from ..models import PRESETS as MODEL_PRESETS
 from .arguments import add_run_arguments, compressions, experiment, policy_labels, positive_int
 
 # The extra this command needs, checked before any work: the AL metric (evaluate).
-EXTRA = ("bench",)
+EXTRA = ("bench", ("evaluate", "matplotlib"))  # gguf only where a real preset is converted (models.py)
 
 HELP = "acceptance lengths by exact replay against cached target outputs (the target runs once per prompt)"
 DESCRIPTION = (
