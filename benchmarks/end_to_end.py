@@ -2,6 +2,7 @@
 
     python -m benchmarks.end_to_end run --input-tokens 16384 --new-tokens 512 --per-task 4 --passes 2 --out DIR
     python -m benchmarks.end_to_end table DIR [--readme README.md --block end-to-end]
+    python -m benchmarks.end_to_end where DIR... [--readme FILE --block where-it-pays]
 
 Per prompt and pass, every setting runs one whole `generate` call (both models' prompt forwards and decoding), timed
 end to end; from the same run, hooks on the two models split off each model's prompt forward:
@@ -47,6 +48,7 @@ from rift_hf.policies import label_fields
 from rift_hf.prompts import prompt_set
 
 SETTINGS = ("target", "transformers", "transformers+gqa", "default", "full")
+SHIPPED = ("target", "transformers", "transformers+gqa")  # no rift: nothing to step aside
 DRAFTING = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
@@ -238,94 +240,107 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def _regime(row: dict) -> str:
+    """A row's regime: its task, or the part after the family (`python/consult`: `consult`) for the broad set."""
+    return row["task"].rpartition("/")[2]
+
+
 def table(rows: list[dict]) -> str:
-    """The end-to-end table of a run's rows (mean over prompts of each prompt's mean over passes, with the lowest and
-    highest single pass), and a line per setting saying where a difference is inside the passes' spread."""
+    """The end-to-end table of a run's rows, one line per setting and regime (they fail in different places): the mean
+    over the regime's prompts of each prompt's mean over passes, with the lowest and highest single pass."""
     from rift_hf.experiments.tables import pipe_table
 
-    stats = summary(rows)
     first = rows[0]
-    tasks = sorted({r["task"] for r in rows})
+    regimes = list(dict.fromkeys(_regime(r) for r in rows))
     lengths = sorted({r["input_tokens"] for r in rows})
     body = []
-    for setting, cell in stats.items():
+    for regime in regimes:
+        mine = [r for r in rows if _regime(r) == regime]
+        for setting, cell in summary(mine).items():
 
-        def fmt(key, cell=cell):
-            values = cell[key]["per_prompt"]
-            if not values:
-                return "-"
-            low = min(lo for lo, _ in cell[key]["ranges"])
-            high = max(hi for _, hi in cell[key]["ranges"])
-            return f"{statistics.mean(values):.2f}x ({low:.2f}-{high:.2f})"
+            def fmt(key, cell=cell):
+                values = cell[key]["per_prompt"]
+                if not values:
+                    return "-"
+                low = min(lo for lo, _ in cell[key]["ranges"])
+                high = max(hi for _, hi in cell[key]["ranges"])
+                return f"{statistics.mean(values):.2f} ({low:.2f}-{high:.2f})"
 
-        same = cell["same_as_target"]
-        known = [s for s in same if s is not None]
-        body.append(
-            [
-                setting,
-                fmt("end_to_end_seconds/target"),
-                fmt("end_to_end_seconds/transformers"),
-                fmt("decode_seconds/target"),
-                fmt("decode_seconds/transformers"),
-                _spread([r["prompt_forward_seconds"]["draft"] for r in rows if r["setting"] == setting], "{:.0f}"),
-                f"{cell['stepped_aside']}/{cell['runs']}" if setting not in ("target",) else "-",
-                f"{sum(known)}/{len(known)}",
-            ]
-        )
+            known = [s for s in cell["same_as_target"] if s is not None]
+            drafter = [r["prompt_forward_seconds"]["draft"] for r in mine if r["setting"] == setting]
+            body.append(
+                [
+                    setting,
+                    f"{regime} ({len({r['prompt'] for r in mine})})",
+                    _spread([r["end_to_end_seconds"] for r in mine if r["setting"] == setting], "{:.0f}"),
+                    fmt("end_to_end_seconds/target"),
+                    fmt("end_to_end_seconds/transformers"),
+                    fmt("decode_seconds/transformers"),
+                    _spread(drafter, "{:.0f}") if any(drafter) else "-",
+                    f"{cell['stepped_aside']}/{cell['runs']}" if setting not in SHIPPED else "-",
+                    f"{sum(known)}/{len(known)}",
+                ]
+            )
     head = (
-        f"{len({r['prompt'] for r in rows})} prompts ({', '.join(tasks)}), {lengths[0]}-{lengths[-1]} input tokens, "
+        f"{len({r['prompt'] for r in rows})} prompts, {lengths[0]}-{lengths[-1]} input tokens, "
         f"{first['new_tokens']} new tokens, {first['dtype']}, {first['machine']}, "
         f"{', '.join(sorted({r['date'] for r in rows}))}; {len({r['pass'] for r in rows})} interleaved passes. "
-        "Whole `generate()` calls; speed-up = the baseline's seconds over the setting's, per pass, averaged over "
-        "passes then prompts; in brackets the lowest and highest single pass. Target prompt forward "
+        "Whole `generate()` calls (`call s`: seconds); `vs`: end-to-end speed-up, the baseline's seconds over the "
+        "setting's, per pass, averaged over passes then prompts; in brackets the lowest and highest single pass; "
+        "`decode`: the call less both prompt forwards. Target prompt forward "
         f"{_spread([r['prompt_forward_seconds']['target'] for r in rows if r['setting'] == 'target'], '{:.0f}')} s.\n\n"
     )
     headers = [
-        "setting", "end to end vs target", "end to end vs transformers", "decode vs target", "decode vs transformers",
-        "drafter prompt pass s", "stepped aside", "output = target alone",
+        "setting", "prompts", "call s", "vs target", "vs transformers", "decode vs transformers", "drafter prompt s",
+        "stepped aside", "= target alone",
     ]  # fmt: skip
     return head + pipe_table(headers, body) + "\n"
 
 
 def phases(rows: list[dict]) -> dict:
-    """Per (input length to the nearest thousand, setting): mean seconds of the target's prompt forward, the drafter's
-    prompt pass and the rest of the call per new token, over a run's prompts and passes."""
+    """Per (input length to the nearest thousand, regime, setting): mean seconds of the target's prompt forward, the
+    drafter's prompt pass and the rest of the call per new token, over a run's prompts and passes."""
     out = {}
     for length in sorted({round(r["input_tokens"], -3) for r in rows}):  # prompts of one run: within a few tokens
-        for setting in dict.fromkeys(r["setting"] for r in rows):
-            mine = [r for r in rows if r["setting"] == setting and round(r["input_tokens"], -3) == length]
-            if mine:
-                out[length, setting] = {
-                    "target_prompt": statistics.mean(r["prompt_forward_seconds"]["target"] for r in mine),
-                    "draft_prompt": statistics.mean(r["prompt_forward_seconds"]["draft"] for r in mine),
-                    "per_token": statistics.mean(r["decode_seconds"] / r["new_tokens"] for r in mine),
-                    "new_tokens": mine[0]["new_tokens"],
-                    "runs": len(mine),
-                }
+        for regime in dict.fromkeys(_regime(r) for r in rows):
+            for setting in dict.fromkeys(r["setting"] for r in rows):
+                mine = [
+                    r
+                    for r in rows
+                    if r["setting"] == setting and _regime(r) == regime and round(r["input_tokens"], -3) == length
+                ]
+                if mine:
+                    out[length, regime, setting] = {
+                        "target_prompt": statistics.mean(r["prompt_forward_seconds"]["target"] for r in mine),
+                        "draft_prompt": statistics.mean(r["prompt_forward_seconds"]["draft"] for r in mine),
+                        "per_token": statistics.mean(r["decode_seconds"] / r["new_tokens"] for r in mine),
+                        "new_tokens": mine[0]["new_tokens"],
+                        "runs": len(mine),
+                        "stepped_aside": sum(bool(r.get("stepped_aside")) for r in mine),
+                    }
     return out
 
 
 def where_it_pays(folders: list[Path], new_tokens=(128, 512, 2048)) -> str:
     """
-    End-to-end speed-up over the target alone by input length and new tokens, from whole-call runs: a cell at the run's
-    own output length is measured (the mean over its prompts and passes); the others are computed from the measured
-    phases (prompt forwards as measured, decoding at the measured seconds per token) and marked `~`. Break-even: the
-    output length at which a setting's whole call costs the target alone's (its drafter pass repaid by its faster
-    decoding), `never` where it decodes no faster.
+    End-to-end speed-up over the target alone by input length, regime and new tokens, from whole-call runs: a cell at
+    the run's own output length is measured (the mean seconds over its prompts and passes, against the target's);
+    the others are computed from the measured phases (prompt forwards as measured, decoding at the measured seconds
+    per token) and marked `~`. Break-even: the output length at which a setting's whole call costs the target
+    alone's (its drafter pass repaid by its faster decoding), `never` where it decodes no faster.
     """
     from rift_hf.experiments.tables import pipe_table
 
     rows = [r for folder in folders for r in read_rows(folder)]
     measured = phases(rows)
-    lengths = sorted({length for length, _ in measured})
-    settings = [s for s in dict.fromkeys(s for _, s in measured) if s != "target"]
+    settings = [s for s in dict.fromkeys(s for *_, s in measured) if s != "target"]
     body = []
-    for length in lengths:
-        base = measured.get((length, "target"))
+    for length, regime in dict.fromkeys((length, regime) for length, regime, _ in measured):
+        base = measured.get((length, regime, "target"))
         if base is None:
             continue
         for setting in settings:
-            cell = measured.get((length, setting))
+            cell = measured.get((length, regime, setting))
             if cell is None:
                 continue
 
@@ -336,18 +351,22 @@ def where_it_pays(folders: list[Path], new_tokens=(128, 512, 2048)) -> str:
             for n in new_tokens:
                 ratio = seconds(base, n) / seconds(cell, n)
                 exact = n == cell["new_tokens"] == base["new_tokens"]
-                ratios.append(f"{ratio:.2f}x" if exact else f"~{ratio:.2f}x")
+                # a run that stepped aside says nothing of another output length: the rule decides per call
+                ratios.append(f"{ratio:.2f}x" if exact else "-" if cell["stepped_aside"] else f"~{ratio:.2f}x")
             saved = base["per_token"] - cell["per_token"]
             extra = cell["target_prompt"] + cell["draft_prompt"] - base["target_prompt"]
             even = "0" if extra <= 0 else f"{extra / saved:.0f}" if saved > 0 else "never"
-            body.append([f"~{length / 1000:g}K", setting, *ratios, even])
-    headers = ["input", "setting", *[f"{n} new tokens" for n in new_tokens], "break-even new tokens"]
+            if cell["stepped_aside"]:
+                even = f"- (stepped aside in {cell['stepped_aside']}/{cell['runs']})"
+            body.append([f"~{length / 1000:g}K", regime, setting, *ratios, even])
+    headers = ["input", "regime", "setting", *[f"{n} new tokens" for n in new_tokens], "break-even new tokens"]
     first = rows[0]
     head = (
-        f"End to end over the target alone, {first['dtype']}, {first['machine']}, "
+        f"End to end over the target alone, {', '.join(sorted({r['dtype'] for r in rows}))}, {first['machine']}, "
         f"{', '.join(sorted({r['date'] for r in rows}))}; measured at {sorted({r['new_tokens'] for r in rows})} new "
         "tokens, `~`: computed from the measured phases (prompt forwards, then decoding at the measured seconds per "
-        "token).\n\n"
+        "token). Where the step-aside rule let the target decode alone in some run, only the measured length is "
+        "shown: the rule decides per call, from the output length asked for.\n\n"
     )
     return head + pipe_table(headers, body) + "\n"
 
@@ -373,11 +392,18 @@ def main(argv=None) -> None:
     pays = sub.add_parser("where", help="speed-up by input length and new tokens, with break-even output lengths")
     pays.add_argument("folders", type=Path, nargs="+")
     pays.add_argument("--out", type=Path, help="also write the table here")
+    pays.add_argument("--readme", type=Path, help="write the table into this file's block (--block)")
+    pays.add_argument("--block", default="where-it-pays")
     args = parser.parse_args(argv)
     if args.command == "where":
         text = where_it_pays(args.folders)
         if args.out:
             args.out.write_text(text)
+        if args.readme:
+            from rift_hf.experiments.tables import write_into_readme
+
+            records = "".join(f"<!-- record: {Path(f).as_posix()} -->\n" for f in args.folders)
+            write_into_readme(records + text, args.readme, args.block)
         print(text)
         return
     if args.command == "run":
