@@ -1,5 +1,5 @@
 # Two entry points, each doing its own set-up on a fresh machine (see README):
-#   make main   real-model decode-phase comparison on the default preset (qwen-coder), prints the table
+#   make main   real-model whole-call comparison on the default preset (qwen-coder) at ~4K, prints the table
 #   make test   lint and the default test suite (transformers $(TRANSFORMERS); `make test-newest`: the newest supported)
 PY ?= python3
 VENV ?= .venv
@@ -65,12 +65,11 @@ smoke:
 	$(MAKE) setup-models PRESET=gemma3-self
 	$(BIN)/python -m pytest -q -m slow tests/test_real_models.py
 
-# ~4K-token prompts (one per regime): the target alone, transformers' own assisted generation, the full-cache drafter
-# and the default page-round (gamma 11, and its default cost-aware draft length), each from the same recorded
-# prompt forwards, decode timed apart (benchmarks/long_inputs.py).
-MAIN_OUT ?= benchmarks/results/main-4k
+# What a user times, at ~4K-token prompts (one per regime, from the repository's own sources): whole generate() calls
+# of the target alone, transformers' assisted generation as shipped and rift's default, one pass (the committed
+# records interleave two or more), then the table (benchmarks/end_to_end.py). ~15 minutes on 2 cores.
+MAIN_OUT ?= $(HOME)/.cache/rift-hf/main-end-to-end-4k
 main: setup-models
-	$(BIN)/python -m benchmarks.long_inputs speed --preset $(PRESET) --input-tokens 4096 --per-task 1 \
-		--new-tokens 96 --sources repo --settings target,transformers,full,page-round,page-round@draft_length=auto \
-		--out $(MAIN_OUT)
-	$(BIN)/python -m benchmarks.long_inputs table $(MAIN_OUT)
+	$(BIN)/python -m benchmarks.end_to_end run --preset $(PRESET) --input-tokens 4096 --new-tokens 256 --per-task 1 \
+		--passes 1 --settings target,transformers,default --out $(MAIN_OUT)
+	$(BIN)/python -m benchmarks.end_to_end table $(MAIN_OUT)
