@@ -40,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
+from rift_hf._compat import CACHE
 from rift_hf.cli import split_labels
 from rift_hf.cli.arguments import sources
 from rift_hf.experiments.records import machine
@@ -65,7 +66,7 @@ class PhaseTimer:
         def after(_module, args, kwargs, _output):
             ids = kwargs.get("input_ids", args[0] if args else None)
             tokens = 0 if ids is None else ids.shape[-1]
-            cached = kwargs.get("past_key_values") is not None
+            cached = kwargs.get(CACHE) is not None  # the cache keyword of this transformers version
             self.forwards.append((tokens, time.perf_counter() - self._start.pop(), cached))
 
         self.handles = (
