@@ -5,6 +5,7 @@ import torch
 
 import rift_hf
 from rift_hf import RiftConfig
+from rift_hf._compat import CACHE
 from rift_hf.generation import payoff
 from rift_hf.generation.payoff import Payoff, prompt_flops
 from tiny import draft_target_pair, make_prompt, tiny_model
@@ -14,7 +15,7 @@ def _forwards(model):
     """Forwards of `model` that read a cache (drafting), counted from now on."""
     calls = []
     handle = model.register_forward_pre_hook(
-        lambda _m, _a, kwargs: calls.append(1) if kwargs.get("past_key_values") is not None else None,
+        lambda _m, _a, kwargs: calls.append(1) if kwargs.get(CACHE) is not None else None,
         with_kwargs=True,
     )
     return calls, handle
@@ -105,6 +106,42 @@ def test_what_earlier_calls_saw_moves_the_estimates(monkeypatch):
     nxt.decide(target, draft, 4000, 100, 11, (1.0, 10.0), RiftConfig())
     assert nxt.estimate["draft_pass_seconds"] == pytest.approx(6.0)
     assert nxt.estimate["acceptance"] == pytest.approx((1.0 + 4 * 0.75) / 14)
+
+
+def test_measured_verification_and_drafting_costs_replace_the_assumed_ones(monkeypatch):
+    """Once an earlier call on the pair measured what verifying drafts and a drafter step cost, the rule prices
+    rounds with them: a verification dearer than `1 + 0.04 k` steps and a slower drafter turn a call the assumed
+    costs would draft into one that steps aside."""
+    from rift_hf.generation.draft_length import DraftLength
+
+    target, draft = draft_target_pair("llama")
+    monkeypatch.setattr(payoff, "prompt_flops", lambda model, tokens, attended=None: 0.3 if model is draft else 1.0)
+    monkeypatch.setattr(payoff, "_draft_step_seconds", lambda *_: 0.03)
+
+    def decide(measured):
+        rule = Payoff()
+        rule.observe_target(10.0)
+        rule.observe_target(0.1)
+        go = rule.decide(target, draft, 4000, 150, 11, (9.0, 10.0), RiftConfig(), measured=measured)
+        return go, rule.estimate
+
+    assumed_go, assumed = decide(None)
+    assert assumed_go and assumed["verify_steps"] == pytest.approx(1 + 0.04 * assumed["draft_length"])
+    controller = DraftLength(max_length=11)
+    assert decide(controller)[1]["speed_up"] == pytest.approx(assumed["speed_up"])  # nothing measured yet
+    controller.verify_cost.observe(1, 0.1)
+    controller.verify_cost.observe(12, 0.4)  # 12 tokens verified at 4 one-token steps
+    controller.step = [0.05, 1.0]  # a drafter step measured at 0.05 s, dearer than its weights' 0.03 s
+    measured_go, measured = decide(controller)
+    k = measured["draft_length"]
+    assert measured["verify_steps"] == pytest.approx(max(1.0, controller.verify_cost(k + 1) / 0.1))
+    assert measured["draft_step_seconds"] == pytest.approx(0.05)
+    assert measured["speed_up"] < assumed["speed_up"] and not measured_go
+    # Without a measured one-token verification, this call's timed target step stands in for it.
+    only_drafts = DraftLength(max_length=11)
+    only_drafts.verify_cost.observe(12, 0.4)
+    assert payoff._verify_steps(only_drafts, 0.04, 0.1)(11) == pytest.approx(4.0)
+    assert payoff._verify_steps(only_drafts, 0.04, 0.1)(1) == 1.0  # never below one step
 
 
 def test_prompt_flops_count_linear_layers_and_attention():

@@ -349,6 +349,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             max_length=self.draft_length.max_length,
             seen=self._learnt_acceptance,
             config=self.rift_config,
+            measured=self.draft_length,
         )
         self.stats.payoff = self.payoff.estimate
         return go

@@ -13,10 +13,14 @@ generate (`max_new_tokens` less those two):
 - the drafter's prompt pass is estimated as `T` times the ratio of the two models' prompt-forward FLOPs (linear layers
   over every token, attention over what each token attends: the whole prefix, or the reading working set of a
   chunked pass), corrected by what earlier calls on this pair measured against that estimate;
-- a drafter step as a one-token forward of the drafter timed here (its weights), plus its cache's share;
+- a drafter step as a one-token forward of the drafter timed here (its weights), plus its cache's share, or what
+  earlier calls on this pair measured (the draft-length controller's costs) where that is dearer;
 - acceptance per draft position as the last call's on this pair, leaning on `prior` (worth `prior_weight`
   observations) while that call saw few drafts;
-- verification of `k + 1` tokens as `(1 + verify_slope * k)` target steps;
+- verification of `k + 1` tokens as `(1 + verify_slope * k)` target steps, or, once earlier calls on this pair have
+  verified drafts, as the controller measured it against a one-token verification (at ~16K in bf16 on a CPU a
+  20-draft verification cost well above the slope's 1.8 steps, and the rule, priced by the slope alone, expected a
+  3.1x faster decode where drafting gave 1.6x: `docs/results/end-to-end.md`);
 - the speed-up `s` over the target alone as the best expected tokens per second over draft lengths `1..max_length`
   (as `DraftLength` prices them) divided by `1 / t`.
 
@@ -97,20 +101,26 @@ class Payoff:
     def observe_target(self, seconds: float) -> None:
         self.seconds.append(seconds)
 
-    def decide(self, target, draft, prompt_tokens: int, new_tokens: int, max_length: int, seen: tuple, config) -> bool:
+    def decide(
+        self, target, draft, prompt_tokens: int, new_tokens: int, max_length: int, seen: tuple, config, measured=None
+    ) -> bool:
         """Whether to speculate for the `new_tokens` left, after a prompt of `prompt_tokens` (see the docstring);
-        `seen` is `(accepted, observed)` draft positions of the last call on this pair."""
+        `seen` is `(accepted, observed)` draft positions of the last call on this pair; `measured` the draft-length
+        controller carried over from it (`DraftLength`: its drafting and verification costs), if any."""
         prompt_seconds, step = self.seconds[0], max(self.seconds[1], 1e-6)
         attended = _attended_while_reading(config, prompt_tokens)
         ratio = prompt_flops(draft, prompt_tokens, attended) / prompt_flops(target, prompt_tokens)
         pass_seconds = prompt_seconds * ratio * self.pass_correction
         draft_step = _draft_step_seconds(draft, config, prompt_tokens)
+        if measured is not None and measured.step[1] > 0:
+            draft_step = max(draft_step, measured.step[0] / measured.step[1])
+        verify = _verify_steps(measured, self.verify_slope, step)
         accepted, observed = seen
         a = (accepted + self.prior_weight * self.prior) / (observed + self.prior_weight)
         best, length = 1.0 / step, 0
         for k in range(1, max(1, max_length) + 1):
             tokens = (1 - a ** (k + 1)) / (1 - a) if a < 1 else k + 1.0
-            rate = tokens / (k * draft_step + step * (1 + self.verify_slope * k))
+            rate = tokens / (k * draft_step + step * verify(k))
             if rate > best:
                 best, length = rate, k
         speed_up = best * step
@@ -127,6 +137,7 @@ class Payoff:
             "acceptance": a,
             "acceptance_observed": observed,
             "draft_length": length,
+            "verify_steps": verify(length) if length else 1.0,
             "speed_up": speed_up,
             "saving_seconds": saving,
         }
@@ -141,6 +152,18 @@ class Payoff:
     def resume(self) -> Payoff:
         """This rule for the next call on the same models: what it learnt of the pass's cost carries over."""
         return Payoff(self.prior, self.prior_weight, self.margin, self.verify_slope, self.pass_correction)
+
+
+def _verify_steps(measured, slope: float, step: float):
+    """`k -> ` the cost of verifying `k + 1` tokens in target steps: once the draft-length controller has seen a
+    verification of drafts, its measured cost at `k + 1` over its one-token cost (a round without drafting; this
+    call's timed step `step` where it saw none), never below 1; `1 + slope * k` before."""
+    cost = None if measured is None else measured.verify_cost
+    sizes = [] if cost is None else [x for x, (_, w) in cost.sums.items() if w > 0]
+    if not any(x > 1 for x in sizes):
+        return lambda k: 1.0 + slope * k
+    one = cost(1) if 1 in sizes else step
+    return lambda k: max(1.0, cost(k + 1) / max(one, 1e-9))
 
 
 def _attended_while_reading(config, prompt_tokens: int) -> float | None:
