@@ -154,3 +154,22 @@ def test_prompt_flops_count_linear_layers_and_attention():
     heads = 4 * 4 * 16
     linear = 2 * (gemma.num_parameters(exclude_embeddings=True) - gemma.get_output_embeddings().weight.numel())
     assert prompt_flops(gemma, 100) == pytest.approx(100 * (linear + heads * (50 + 2 * 4)))
+
+
+def test_a_drafter_step_is_timed_once_per_drafter(monkeypatch):
+    """Timing the drafter's weights costs two of its forwards: the first call that asks times them, later calls (and
+    the rest of the process) reuse the figure; another dtype is timed afresh."""
+    _, draft = draft_target_pair("llama")
+    forwards = []
+    handle = draft.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        first = payoff.weights_step_seconds(draft)
+        assert len(forwards) == 2 and first > 0
+        assert payoff.weights_step_seconds(draft) == first and len(forwards) == 2
+        payoff._draft_step_seconds(draft, RiftConfig(), 4000)
+        assert len(forwards) == 2
+        draft.to(torch.float64)
+        payoff.weights_step_seconds(draft)
+        assert len(forwards) == 4
+    finally:
+        handle.remove()

@@ -13,8 +13,10 @@ generate (`max_new_tokens` less those two):
 - the drafter's prompt pass is estimated as `T` times the ratio of the two models' prompt-forward FLOPs (linear layers
   over every token, attention over what each token attends: the whole prefix, or the reading working set of a
   chunked pass), corrected by what earlier calls on this pair measured against that estimate;
-- a drafter step as a one-token forward of the drafter timed here (its weights), plus its cache's share, or what
-  earlier calls on this pair measured (the draft-length controller's costs) where that is dearer;
+- a drafter step as a one-token forward of the drafter (its weights; timed on the first call that asks, then reused
+  for the drafter's life: two forwards cost a quarter second for a 0.5B model on a CPU, most of what a call that
+  steps aside paid over the target alone), plus its cache's share, or what earlier calls on this pair measured (the
+  draft-length controller's costs) where that is dearer;
 - acceptance per draft position as the last call's on this pair, leaning on `prior` (worth `prior_weight`
   observations) while that call saw few drafts;
 - verification of `k + 1` tokens as `(1 + verify_slope * k)` target steps, or, once earlier calls on this pair have
@@ -32,6 +34,7 @@ the estimate and the decision. Greedy output is the target's either way; the dec
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -181,8 +184,8 @@ def _attended_while_reading(config, prompt_tokens: int) -> float | None:
 
 
 def _draft_step_seconds(draft, config, prompt_tokens: int) -> float:
-    """A drafter decode step: a one-token forward without a cache, timed (its weights), scaled up by the bytes of the
-    keys and values its compressed cache holds against the bytes of its weights."""
+    """A drafter decode step: a one-token forward without a cache (its weights, `weights_step_seconds`), scaled up by
+    the bytes of the keys and values its compressed cache holds against the bytes of its weights."""
     text = draft.config.get_text_config(decoder=True)
     fitted = config.fitted(prompt_tokens)
     budget = fitted.resolve_budget(prompt_tokens)
@@ -190,12 +193,26 @@ def _draft_step_seconds(draft, config, prompt_tokens: int) -> float:
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     element = next(draft.parameters()).element_size()
     kv = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * kept * element
-    token = torch.zeros(1, 1, dtype=torch.long, device=draft.device)
-    with torch.no_grad():
-        draft(input_ids=token, use_cache=False)  # warm
-        tick = time.perf_counter()
-        draft(input_ids=token, use_cache=False)
-        if draft.device.type == "cuda":
-            torch.cuda.synchronize(draft.device)
-        seconds = time.perf_counter() - tick
-    return seconds * (1 + kv / max(weight_bytes(draft), 1))
+    return weights_step_seconds(draft) * (1 + kv / max(weight_bytes(draft), 1))
+
+
+# drafter -> {(dtype, device): seconds of a one-token forward without a cache}
+_WEIGHTS_STEP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def weights_step_seconds(model) -> float:
+    """A one-token forward of `model` without a cache, timed after one untimed forward on the first call for this
+    model, dtype and device, and remembered for the model's life."""
+    first = next(model.parameters())
+    key = (first.dtype, str(first.device))
+    known = _WEIGHTS_STEP.setdefault(model, {})
+    if key not in known:
+        token = torch.zeros(1, 1, dtype=torch.long, device=model.device)
+        with torch.no_grad():
+            model(input_ids=token, use_cache=False)  # warm
+            tick = time.perf_counter()
+            model(input_ids=token, use_cache=False)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize(model.device)
+            known[key] = time.perf_counter() - tick
+    return known[key]
