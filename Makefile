@@ -5,7 +5,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: main test test-newest smoke setup setup-models setup-browser lint package wheel-check
+.PHONY: main test test-newest smoke setup setup-models setup-browser lint package wheel-check readme-tables
 
 # The oldest supported transformers (every recorded figure was made with it); CI also runs the suite on the newest.
 TRANSFORMERS ?= 5.23.0
@@ -73,3 +73,7 @@ main: setup-models
 	$(BIN)/python -m benchmarks.end_to_end run --preset $(PRESET) --input-tokens 4096 --new-tokens 256 --per-task 1 \
 		--passes 1 --settings target,transformers,default --out $(MAIN_OUT)
 	$(BIN)/python -m benchmarks.end_to_end table $(MAIN_OUT)
+
+# Every result table in the README, rewritten from the records it names (benchmarks/readme_tables.py; no model runs).
+readme-tables: setup
+	$(BIN)/python -m benchmarks.readme_tables --readme README.md

@@ -129,3 +129,18 @@ def test_the_readme_speed_block_is_what_its_record_renders(monkeypatch):
     assert record, "the block names no record"
     monkeypatch.chdir(README.parent)
     assert block == readme_block(pathlib.Path(record.group(1)))
+
+
+def test_one_command_regenerates_every_readme_table(monkeypatch, tmp_path):
+    """`make readme-tables` (`python -m benchmarks.readme_tables`) rewrites every result block of the README from the
+    records it names: on a copy of the README it changes nothing, and a block edited by hand is put back."""
+    from benchmarks.readme_tables import regenerate
+
+    monkeypatch.chdir(README.parent)
+    copy = tmp_path / "README.md"
+    text = README.read_text()
+    blocks = re.findall(r"<!-- ([a-z-]+):start -->", text)
+    assert set(blocks) == {"end-to-end", "replay-regimes", "training-headline"}, "a README block no command renders"
+    copy.write_text(text.replace("| page-retrieval ", "| page-retrieval-edited "))
+    regenerate(copy)
+    assert copy.read_text() == text

@@ -18,6 +18,7 @@ from .records import (
     RunLog,
     check_resumable,
     machine,
+    record_json,
     row_settings,
     stats_row,
     summarise,
@@ -155,7 +156,7 @@ def compare(
         "runs": runs,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out_dir / "compare.json").write_text(record_json(result))
     update_summary(result, experiment.name, summary_path or out_dir / "summary.json")
     from .plots import plot_compare
 

@@ -153,6 +153,24 @@ def check_resumable(row: dict, settings: dict, where: str) -> None:
         )
 
 
+def record_json(record) -> str:
+    """A record as JSON text that stays small and diffs by line: one top-level key per line, a list of dicts one
+    item per line (a list of dicts alone: one per line), every value compact (a per-prompt row of `compare.json` is one
+    line, as in `rows.jsonl`)."""
+    if isinstance(record, list) and all(isinstance(item, dict) for item in record):
+        return "[\n" + ",\n".join(f"  {json.dumps(item)}" for item in record) + "\n]\n"
+    if not isinstance(record, dict):
+        return json.dumps(record) + "\n"
+    lines = []
+    for key, value in record.items():
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            items = ",\n".join(f"    {json.dumps(item)}" for item in value)
+            lines.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
 def write_record(out: Path, name: str, record: dict, table: str) -> None:
     """A benchmark's record as `<out>/<name>.json` and its table as `<out>/<name>.md` (the folder made first); prints
     the table."""
@@ -382,7 +400,7 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
             records[keys.index(key)] = record
         else:
             records.append(record)
-    path.write_text(json.dumps(records, indent=2) + "\n")
+    path.write_text(record_json(records))
 
 
 def rebuild_summary(path: Path) -> list[dict]:

@@ -22,7 +22,17 @@ from ..replay import (
     target_output,
     target_output_path,
 )
-from .records import TARGETS, Experiment, check_resumable, machine, row_settings, stats_row, summarise, update_summary
+from .records import (
+    TARGETS,
+    Experiment,
+    check_resumable,
+    machine,
+    record_json,
+    row_settings,
+    stats_row,
+    summarise,
+    update_summary,
+)
 from .tables import markdown_table
 
 
@@ -196,7 +206,7 @@ def replay_compare(
             "summary": summarise(runs, kept),
             "runs": runs,
         }
-        (run_dir / "compare.json").write_text(json.dumps(result, indent=2) + "\n")
+        (run_dir / "compare.json").write_text(record_json(result))
         (run_dir / "compare.md").write_text(markdown_table(result))
         if summary_path is not None:
             update_summary(result, experiment.name, summary_path)
