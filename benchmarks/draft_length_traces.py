@@ -44,7 +44,8 @@ from pathlib import Path
 
 from rift_hf.experiments.records import write_record
 from rift_hf.experiments.tables import pipe_table
-from rift_hf.generation.draft_length import DraftLength, piecewise_linear
+from rift_hf.generation.draft_length import DraftLength
+from rift_hf.generation.rate_model import piecewise_linear
 
 E1 = Path("benchmarks/results/E1/qwen-coder")
 GAMMA = 11
