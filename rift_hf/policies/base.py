@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -17,9 +17,6 @@ from .params import CHECKS
 from .schedules import Once, Schedule
 from .scorers import carry_forward, snapkv_scores
 from .selection import select_tokens
-
-if TYPE_CHECKING:
-    from ..config import RiftConfig
 
 _REGISTRY: dict[str, type[Policy]] = {}
 
@@ -113,8 +110,8 @@ class Policy:
     store_dtype: ClassVar[str | None] = None
     params: ClassVar[frozenset[str]] = frozenset({"window", "pool", "pool_kernel", "tokens_ahead"})
 
-    def __init__(self, config: RiftConfig):
-        self.config = config
+    def __init__(self, config):
+        self.config = config  # the `RiftConfig` naming this policy (not imported here: config.py imports policies)
 
     def check_params(self) -> None:
         """Raise if a field this policy reads holds what it cannot use (a policy adds its own cross-field rules)."""

@@ -5,10 +5,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ..config import RiftConfig
 
 
 @dataclass
@@ -36,8 +32,9 @@ class Signals:
         return {"al_ewma": self.al_ewma, "entropy": self.entropy, "drift": self.drift}
 
 
-def fired(config: RiftConfig, signals: dict[str, float | None]) -> list[str]:
-    """Names of the signals past their calibrated thresholds."""
+def fired(config, signals: dict[str, float | None]) -> list[str]:
+    """Names of the signals past the thresholds of `config` (a `RiftConfig`: `al_threshold`, `entropy_threshold`,
+    `drift_threshold`)."""
     out = []
     if config.al_threshold is not None and signals["al_ewma"] is not None and signals["al_ewma"] < config.al_threshold:
         out.append("al")
@@ -96,7 +93,7 @@ class Adaptive(Schedule):
     needs_drift = True
     logs_drift = True
 
-    def __init__(self, config: RiftConfig):
+    def __init__(self, config):
         self.config = config
 
     def due(self, age: int, since_check: int) -> bool:
@@ -111,8 +108,8 @@ class Adaptive(Schedule):
         return False, ""
 
 
-def schedule_for(config: RiftConfig) -> Schedule:
-    """The refresh schedule of `config`'s policy."""
+def schedule_for(config) -> Schedule:
+    """The refresh schedule of `config`'s policy (`config`: a `RiftConfig`)."""
     return config.policy_object.schedule()
 
 
