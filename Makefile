@@ -33,8 +33,8 @@ setup-browser:
 		echo "chromium not installed: the browser test will be skipped"
 
 lint: setup
-	$(BIN)/ruff check rift_hf tests demo benchmarks
-	$(BIN)/ruff format --check rift_hf tests demo benchmarks
+	$(BIN)/ruff check rift_hf lab tests demo benchmarks
+	$(BIN)/ruff format --check rift_hf lab tests demo benchmarks
 
 test: setup setup-browser lint
 	$(BIN)/python -m pytest -q

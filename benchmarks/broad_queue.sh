@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 INPUT=${INPUT:-4096}
 OUT=${OUT:-benchmarks/results/broad/qwen-coder/eval-${INPUT}in-256tok}
 for k in $(seq "${FROM:-1}" "${TO:-8}"); do
-  .venv/bin/rift-hf replay --preset qwen-coder --policies "${POLICIES:-full,page-round@rechoose_after=2}" \
+  .venv/bin/python -m lab replay --preset qwen-coder --policies "${POLICIES:-full,page-round@rechoose_after=2}" \
     --compressions 4,8 --input-tokens "$INPUT" --new-tokens 256 --per-task "$k" --sources broad-eval \
     --experiment broad-eval --out "$OUT" || exit 1
 done

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/broad/qwen-coder/tune-4096in-256tok-score-queries}
 POLICIES=${POLICIES:-full,page-round,page-round@score_queries=4,page-round@score_queries=12}
 for k in $(seq "${FROM:-1}" "${TO:-8}"); do
-  .venv/bin/rift-hf replay --preset qwen-coder --policies "$POLICIES" --compressions "${COMPRESSIONS:-4,8}" --input-tokens 4096 \
+  .venv/bin/python -m lab replay --preset qwen-coder --policies "$POLICIES" --compressions "${COMPRESSIONS:-4,8}" --input-tokens 4096 \
     --new-tokens 256 --per-task "$k" --sources broad-tune --experiment broad-tune --out "$OUT" \
     --tasks python/generate,cpp/generate,prose/generate,technical/generate || exit 1
 done

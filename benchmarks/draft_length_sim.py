@@ -24,8 +24,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from rift_hf.experiments.records import write_record
-from rift_hf.experiments.tables import pipe_table
+from lab.records import write_record
+from lab.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength
 from rift_hf.generation.rate_model import piecewise_linear
 

@@ -4,7 +4,7 @@ position, read from exact-replay records, priced with the costs our speed runs m
     python -m benchmarks.draft_length_traces            # every trace set below, 128 new tokens
     python -m benchmarks.draft_length_traces --new-tokens 256
 
-`rift-hf replay` records, per prompt and policy, how many of 11 drafts each verification round accepted, along the
+`python -m lab replay` records, per prompt and policy, how many of 11 drafts each verification round accepted, along the
 target's own greedy output. Greedy drafting depends only on the tokens before it, so from those rounds follows how
 many drafts a round starting at any output position would have accepted: inside a round that accepted `n` and
 rejected the next, a round starting `j` tokens later accepts `n - j`. (A round that accepted all 11 says nothing about
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from rift_hf.experiments.records import write_record
-from rift_hf.experiments.tables import pipe_table
+from lab.records import write_record
+from lab.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength
 from rift_hf.generation.rate_model import piecewise_linear
 

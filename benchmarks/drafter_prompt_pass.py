@@ -28,13 +28,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from lab.cli import split_labels
+from lab.cli.arguments import sources
+from lab.records import machine, write_record
+from lab.tables import pipe_table
 from rift_hf import RiftCache, RiftConfig
 from rift_hf.attention import use_rift_attention
 from rift_hf.cache.reading import read_prompt
-from rift_hf.cli import split_labels
-from rift_hf.cli.arguments import sources
-from rift_hf.experiments.records import machine, write_record
-from rift_hf.experiments.tables import pipe_table
 from rift_hf.models import load_preset
 from rift_hf.policies import label_fields
 from rift_hf.prompts import prompt_set

@@ -40,10 +40,10 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
+from lab.cli import split_labels
+from lab.cli.arguments import sources
+from lab.records import machine
 from rift_hf._compat import CACHE
-from rift_hf.cli import split_labels
-from rift_hf.cli.arguments import sources
-from rift_hf.experiments.records import machine
 from rift_hf.models import PRESETS, load_preset
 from rift_hf.policies import label_fields
 from rift_hf.prompts import prompt_set
@@ -249,7 +249,7 @@ def _regime(row: dict) -> str:
 def table(rows: list[dict]) -> str:
     """The end-to-end table of a run's rows, one line per setting and regime (they fail in different places): the mean
     over the regime's prompts of each prompt's mean over passes, with the lowest and highest single pass."""
-    from rift_hf.experiments.tables import pipe_table
+    from lab.tables import pipe_table
 
     first = rows[0]
     regimes = list(dict.fromkeys(_regime(r) for r in rows))
@@ -330,7 +330,7 @@ def where_it_pays(folders: list[Path], new_tokens=(128, 512, 2048)) -> str:
     per token) and marked `~`. Break-even: the output length at which a setting's whole call costs the target
     alone's (its drafter pass repaid by its faster decoding), `never` where it decodes no faster.
     """
-    from rift_hf.experiments.tables import pipe_table
+    from lab.tables import pipe_table
 
     rows = [r for folder in folders for r in read_rows(folder)]
     measured = phases(rows)
@@ -401,7 +401,7 @@ def main(argv=None) -> None:
         if args.out:
             args.out.write_text(text)
         if args.readme:
-            from rift_hf.experiments.tables import write_into_readme
+            from lab.tables import write_into_readme
 
             records = "".join(f"<!-- record: {Path(f).as_posix()} -->\n" for f in args.folders)
             write_into_readme(records + text, args.readme, args.block)
@@ -418,7 +418,7 @@ def main(argv=None) -> None:
     (args.folder / "table.md").write_text(text)
     print(text)
     if args.readme:
-        from rift_hf.experiments.tables import write_into_readme
+        from lab.tables import write_into_readme
 
         write_into_readme(readme_block(args.folder), args.readme, args.block)
 

@@ -1,9 +1,9 @@
-"""The benchmark issue's experiments E1-E5, each a set of `rift-hf compare` runs recorded in `summary.json`.
+"""The benchmark issue's experiments E1-E5, each a set of `python -m lab compare` runs recorded in `summary.json`.
 
     python -m benchmarks.experiments E1 E2 --preset qwen-coder            # the issue's sizes (CPU-hours here)
     python -m benchmarks.experiments all --scale small     # 1/4 of the lengths, 1 prompt/regime (~75 min, 2 cores)
     python -m benchmarks.experiments E1 --sources prose    # Shakespeare and KJV prompts, recorded as E1-prose
-    python -m benchmarks.experiments E4 E5 --method replay  # AL by exact replay (rift-hf replay), no target runs
+    python -m benchmarks.experiments E4 E5 --method replay  # AL by exact replay (python -m lab replay), no target runs
     python -m benchmarks.experiments all --preset tiny-random --scale tiny  # seconds; CI runs this so it cannot rot
 
 E1 retention at 4x and 8x, every policy; E2 staleness (AL and attention-mass share over generation) for snapkv,
@@ -30,9 +30,9 @@ import json
 import statistics
 from pathlib import Path
 
+from lab.compare import compare
+from lab.records import Experiment, policy_config
 from rift_hf import POLICIES, RiftConfig, calibrate_thresholds
-from rift_hf.experiments.compare import compare
-from rift_hf.experiments.records import Experiment, policy_config
 
 RESULTS = Path("benchmarks/results")
 # The keyword arguments of a `run(...)` below that describe the experiment (the rest go to `compare` itself).
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
         if label.partition("@")[0] not in POLICIES:
             raise ValueError(f"--policies: unknown policy {label!r}; choose from {', '.join(POLICIES)}.")
     if args.method == "replay":
-        from rift_hf.experiments.replay_runs import replay_models
+        from lab.replay_runs import replay_models
 
         models = replay_models(args.preset)
     else:
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
         budget_tokens=None,
         sources=None,
     ):
-        from rift_hf.experiments.replay_runs import replay_compare
+        from lab.replay_runs import replay_compare
 
         length, out_tokens = input_tokens or tokens, new_tokens or new
         folder = "-".join(filter(None, ("replay", tag, f"{length}in-{out_tokens}tok-{per_task}per-task")))

@@ -23,8 +23,8 @@ from unittest import mock
 
 import torch
 
-from rift_hf.experiments.records import machine
-from rift_hf.experiments.tables import pipe_table
+from lab.records import machine
+from lab.tables import pipe_table
 from rift_hf.generation.draft_length import DraftLength
 
 

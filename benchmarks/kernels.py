@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from lab.tables import pipe_table
 from rift_hf import kernels
-from rift_hf.experiments.tables import pipe_table
 
 # Qwen2.5-Coder-0.5B-Instruct (the qwen-coder drafter): 24 layers, 14 query heads, 2 KV heads, head dim 64.
 QWEN_05B = {"layers": 24, "h_q": 14, "h_kv": 2, "dim": 64, "hidden": 896, "intermediate": 4864, "vocab": 151936}
@@ -304,7 +304,7 @@ def main(argv=None) -> None:
     parser.add_argument("--readme", type=Path, help="with --table: also write it into the README's kernels block")
     args = parser.parse_args(argv)
     if args.table:
-        from rift_hf.experiments.tables import write_into_readme
+        from lab.tables import write_into_readme
 
         text = markdown(json.loads(args.table.read_text()))
         print(text)

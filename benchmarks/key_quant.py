@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import rift_hf
+from lab.records import machine
 from rift_hf.cache import RiftLayer
-from rift_hf.experiments.records import machine
 from rift_hf.models import PRESETS, ensure_local, load_model
 from rift_hf.prompts import build_prompt
 from rift_hf.storage import Quantizer

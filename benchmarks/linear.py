@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from lab.records import cpu_name
+from lab.tables import pipe_table
 from rift_hf.cpu import weight_major_linear
-from rift_hf.experiments.records import cpu_name
-from rift_hf.experiments.tables import pipe_table
 
 
 def _weight_major(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

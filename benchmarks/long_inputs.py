@@ -5,9 +5,10 @@
 
 `prefill` records each prompt's two forwards (`rift_hf.prefill.PromptCache`: the target over the prompt without its
 last token, the drafter over the whole prompt) into `$RIFT_HF_HOME/prefills/` (GBs at 32K: not in the repository),
-then decodes the target alone from its record (`generate_from`) and saves that greedy output where `rift-hf replay`
-reads target outputs (`--targets`, dtype in the name). Replay (`rift-hf replay ... --prefills`) and `speed` start from
-those records instead of paying a long prefill per run. Every stage resumes: what is on disk is not computed again.
+then decodes the target alone from its record (`generate_from`) and saves that greedy output where
+`python -m lab replay` reads target outputs (`--targets`, dtype in the name). Replay (`python -m lab replay ...
+--prefills`) and `speed` start from those records instead of paying a long prefill per run. Every stage resumes:
+what is on disk is not computed again.
 
 `speed` runs, per prompt and in one process, the target alone and each assisted setting from the same records, timing
 the decode phase only (`generate_from`), and appends one JSON row per run to `<out>/rows.jsonl` as it finishes
@@ -32,11 +33,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from lab.cli import split_labels
+from lab.cli.arguments import sources
+from lab.records import machine, policy_config
 from rift_hf import RiftConfig
 from rift_hf.attention import use_rift_attention
-from rift_hf.cli import split_labels
-from rift_hf.cli.arguments import sources
-from rift_hf.experiments.records import machine, policy_config
 from rift_hf.models import PRESETS, fix_draft_length, load_preset
 from rift_hf.prefill import PromptCache, prefill_folder, prefills_root
 from rift_hf.prompts import prompt_set
@@ -342,7 +343,7 @@ def _cell(values, fmt="{:.2f}") -> str:
 
 def _speed_rows(rows: list[dict]) -> str:
     """`speed_table`'s table over `rows` (one per prompt and setting)."""
-    from rift_hf.experiments.tables import pipe_table
+    from lab.tables import pipe_table
 
     by = {(r["prompt"], r["setting"]): r for r in rows}
     prompts = list(dict.fromkeys(r["prompt"] for r in rows))
@@ -388,7 +389,7 @@ def cost_matched(folder: Path, a: str, b: str) -> str:
     left out) of the rounds drafting the longest length that both rows drafted at least 3 times. Without such rounds a
     prompt's matched ratio is `-`. Means per task follow the table.
     """
-    from rift_hf.experiments.tables import pipe_table
+    from lab.tables import pipe_table
 
     rows = _read_rows(folder)
     by = {(r["prompt"], r["setting"]): r for r in rows}
@@ -558,7 +559,7 @@ def main(argv=None) -> None:
         (args.folder / "table.md").write_text(text)
         print(text)
         if args.readme:
-            from rift_hf.experiments.tables import write_into_readme
+            from lab.tables import write_into_readme
 
             write_into_readme(text, args.readme, args.block)
         return

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 import rift_hf
-from rift_hf.experiments.records import machine, policy_config
+from lab.records import machine, policy_config
 from rift_hf.models import fix_draft_length, load_preset
 from rift_hf.prompts import prompt_set
 

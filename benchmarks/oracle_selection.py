@@ -30,12 +30,12 @@ from pathlib import Path
 import torch
 
 import rift_hf.policies.base as policy_base
+from lab.records import machine, policy_config, summarise
+from lab.replay_runs import replay_models
+from lab.tables import write_into_readme
 from rift_hf.attention import use_rift_attention
 from rift_hf.cache import RiftCache
 from rift_hf.config import RiftConfig
-from rift_hf.experiments.records import machine, policy_config, summarise
-from rift_hf.experiments.replay_runs import replay_models
-from rift_hf.experiments.tables import write_into_readme
 from rift_hf.kernels import pool_scores, reference
 from rift_hf.models import fix_draft_length
 from rift_hf.policies import carry_forward
@@ -180,7 +180,9 @@ def main(argv=None) -> None:
             args.targets, args.preset, prompt.name, prompt.input_ids, args.new_tokens, "bfloat16"
         )
         if record is None:
-            raise ValueError(f"No cached target output for {prompt.name}: run `rift-hf replay` on these prompts first.")
+            raise ValueError(
+                f"No cached target output for {prompt.name}: run `python -m lab replay` on these prompts first."
+            )
         if future_of != prompt.name:
             tick = time.perf_counter()
             future = future_queries(draft, record) if args.shift is None else None

@@ -3,7 +3,7 @@
     python -m benchmarks.readme_tables [--readme README.md]
 
 - `end-to-end`: whole `generate()` calls (`python -m benchmarks.end_to_end table <record> --readme README.md`);
-- `replay-regimes`: retention by replay per policy, compression and regime (`rift-hf table <folder> --wide
+- `replay-regimes`: retention by replay per policy, compression and regime (`python -m lab table <folder> --wide
   --policies ... --readme README.md --block replay-regimes`);
 - `training-headline`: the last trained drafter's retention before and after, from its model card's `eval.json`.
 
@@ -18,8 +18,8 @@ import re
 from pathlib import Path
 
 from benchmarks.end_to_end import readme_block
-from rift_hf.cli import main as rift_hf_cli
-from rift_hf.experiments.tables import write_into_readme
+from lab.cli import main as lab_cli
+from lab.tables import write_into_readme
 from rift_hf.training.card import headline
 
 REPLAY = "benchmarks/results/E1/qwen-coder/replay-4096in-512tok-8per-task"
@@ -34,7 +34,7 @@ def regenerate(readme: Path) -> None:
     if record is None:
         raise ValueError(f"{readme} has no end-to-end block naming its record.")
     write_into_readme(readme_block(Path(record.group(1))), readme, "end-to-end")
-    rift_hf_cli(
+    lab_cli(
         ["table", REPLAY, "--wide", "--policies", REPLAY_POLICIES, "--readme", str(readme), "--block", "replay-regimes"]
     )
     result = json.loads((Path("model_cards") / TRAINED / "eval.json").read_text())

@@ -24,9 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
-from rift_hf.cli import split_labels
-from rift_hf.experiments.records import machine, policy_config
-from rift_hf.experiments.tables import pipe_table
+from lab.cli import split_labels
+from lab.records import machine, policy_config
+from lab.tables import pipe_table
 from rift_hf.models import PRESETS, fix_draft_length, load_model, load_preset
 from rift_hf.prompts import prompt_set
 from rift_hf.replay import load_target_output, replay, save_target_output, target_output, target_output_path
@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--block", default="replay-agreement", help="with --readme: the <!-- NAME:start --> block")
     args = parser.parse_args(argv)
     if args.table:
-        from rift_hf.experiments.tables import write_into_readme
+        from lab.tables import write_into_readme
 
         text = markdown(json.loads(args.table.read_text()))
         if args.readme:

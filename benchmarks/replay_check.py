@@ -19,9 +19,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from rift_hf.cli import split_labels
-from rift_hf.experiments.records import ADDED_LATER, TARGETS, Experiment, machine
-from rift_hf.experiments.replay_runs import replay_compare
+from lab.cli import split_labels
+from lab.records import ADDED_LATER, TARGETS, Experiment, machine
+from lab.replay_runs import replay_compare
 
 COMPARED = ("rounds", "accepted", "rescorings", "al", "output_tokens")
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, DynamicCache
 
+from lab.cli import split_labels
+from lab.records import machine
 from rift_hf import RiftConfig
 from rift_hf.cache import RiftCache
-from rift_hf.cli import split_labels
-from rift_hf.experiments.records import machine
 from rift_hf.models import cache_root
 from rift_hf.policies import label_fields
 from rift_hf.prefill import PromptCache, load_prefill

@@ -13,7 +13,7 @@ Parts, all in one process so that ratios compare like with like:
   itself, so every round drafts its full length), for the policies and inputs of `--assisted-*`, and transformers'
   own assisted generation with a full drafter cache (`policy: "transformers"`);
 - `target` (`--target-inputs`): the target's own costs at each input length, a plain decode step (`mode:
-  "target-step"`) and a verification forward of gamma + 1 tokens (`mode: "target-verify"`), so `rift-hf table
+  "target-step"`) and a verification forward of gamma + 1 tokens (`mode: "target-verify"`), so `python -m lab table
   <replay folder> --estimate <this file>` can turn replayed AL into an end-to-end speed estimate;
 - `refresh` (not in the default parts): for the policies of `--policies` whose refresh chooses every layer's pages
   in one stacked call (`Policy.select_layers`, page-round), ms per refresh that way and one call per layer,
@@ -43,10 +43,10 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
-from rift_hf.cli import split_labels
-from rift_hf.experiments import records
-from rift_hf.experiments.compare import LINEARS
-from rift_hf.experiments.tables import pipe_table
+from lab import records
+from lab.cli import split_labels
+from lab.compare import LINEARS
+from lab.tables import pipe_table
 from rift_hf.models import DTYPES, resolve_dtype
 from rift_hf.replay import load_prefill, record_prompt_forward
 
@@ -150,7 +150,8 @@ class Baseline:
 
 
 def policy_config(label: str, budget: int, args) -> dict:
-    """A policy label (`rift-stat@kv_dtype=int4,kv_equal_bytes=true`, as `rift-hf replay` takes) -> cache config."""
+    """A policy label (`rift-stat@kv_dtype=int4,kv_equal_bytes=true`, as `python -m lab replay` takes) -> cache
+    config."""
     return records.policy_config(label, budget, args.window, args.delta, None)
 
 
@@ -629,7 +630,7 @@ def main(argv=None) -> None:
     parser.add_argument("--block", default="step-cpu", help="with --readme: the <!-- NAME:start --> block to fill")
     args = parser.parse_args(argv)
     if args.table:
-        from rift_hf.experiments.tables import write_into_readme
+        from lab.tables import write_into_readme
 
         text = markdown(json.loads(args.table.read_text()))
         print(text)

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
+from lab.records import machine
+from lab.tables import pipe_table
 from rift_hf._compat import CACHE
 from rift_hf.cpu import gqa_attention
-from rift_hf.experiments.records import machine
-from rift_hf.experiments.tables import pipe_table
 from rift_hf.generation.decode import target_cache
 
 

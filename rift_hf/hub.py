@@ -1,6 +1,6 @@
 """Publishing a drafter folder on the Hugging Face Hub (`rift-hf push`).
 
-A drafter folder (what `rift-hf train` writes under `<out>/model`) must load and draft wherever plain transformers
+A drafter folder (what `python -m lab train` writes under `<out>/model`) must load and draft wherever plain transformers
 loads a model: weights, config, tokenizer, a model card, and the recommended `RiftConfig` in `rift_config.json`,
 which transformers ignores. `check_folder` lists what is missing, `check_plain_load` loads the folder in a fresh
 interpreter that never imports rift_hf and drafts with it, and `push` uploads with `huggingface_hub` (or stops after
@@ -36,7 +36,7 @@ def check_folder(folder: str | Path) -> list[str]:
     missing = []
     if head_only(folder):
         if not (folder / "README.md").is_file():
-            missing.append("README.md, the card (rift-hf card writes one for a trained head)")
+            missing.append("README.md, the card (python -m lab card writes one for a trained head)")
         config = folder / CONFIG_NAME
         head = json.loads(config.read_text()).get("selection_head") if config.is_file() else None
         if head != HEAD_NAME:
@@ -49,7 +49,7 @@ def check_folder(folder: str | Path) -> list[str]:
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         missing.append("a tokenizer (tokenizer.save_pretrained(folder))")
     if not (folder / "README.md").is_file():
-        missing.append("README.md, the model card (rift-hf card writes one for a trained drafter)")
+        missing.append("README.md, the model card (python -m lab card writes one for a trained drafter)")
     if not (folder / CONFIG_NAME).is_file():
         missing.append(f"{CONFIG_NAME}, the recommended RiftConfig (RiftConfig(...).save_pretrained(folder))")
     else:

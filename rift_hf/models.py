@@ -220,7 +220,7 @@ def warn_if_slow_dtype(dtype: torch.dtype, device: str) -> None:
     if dtype == torch.bfloat16 and torch.device(device).type == "cpu" and not native_bf16():
         warnings.warn(
             f"This CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bfloat16: a bf16 model runs many "
-            "times slower than in float32 here. Pass --dtype auto or float32 (rift-hf compare; the demo and "
+            "times slower than in float32 here. Pass --dtype auto or float32 (python -m lab compare; the demo and "
             "load_preset pick auto by default) or dtype=torch.float32 for usable speed; keep bf16 only to reproduce "
             "bf16 numbers.",
             stacklevel=3,

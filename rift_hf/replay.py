@@ -20,7 +20,7 @@ Everything the cache does (commit points, eviction, rescoring, rollback, ada sig
 real `RiftCache`. Teacher forcing is exact in arithmetic; a chunked forward and one-token steps round differently
 in floating point, so in low precision (bf16) a near-tie can flip a draft. Replay is checked against real
 `generate(assistant_model=...)` round by round in the tests (fp32 and fp64) and on real weights
-(`rift-hf replay --check-real`).
+(`python -m lab replay --check-real`).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def check_replayable(model) -> None:
         raise ValueError(
             f"Replay does not reproduce the logits processors of {', '.join(bad)} (set on "
             f"{type(model).__name__}.generation_config); reset them to their defaults to measure with replay, or "
-            "measure with real assisted runs (`rift-hf compare`)."
+            "measure with real assisted runs (`python -m lab compare`)."
         )
 
 

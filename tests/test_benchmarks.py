@@ -58,9 +58,9 @@ def test_experiment_e5_calibrates_and_runs_ada_on_the_tiny_preset(tmp_path):
     events = experiments.calibration_events(calibration)
     assert events and all(e["drift"] is not None for e in events), "rift-dyn must log query drift for calibration"
 
-    from rift_hf.experiments.plots import plot_summary
-    from rift_hf.experiments.records import rebuild_summary
-    from rift_hf.experiments.tables import summary_table
+    from lab.plots import plot_summary
+    from lab.records import rebuild_summary
+    from lab.tables import summary_table
 
     (tmp_path / "summary.json").unlink()
     rebuilt = rebuild_summary(tmp_path / "summary.json")  # from the compare.json files alone
@@ -224,8 +224,8 @@ def test_linear_benchmark_dry_run_times_both_ways_and_writes_its_table(tmp_path)
 
 
 def test_step_benchmark_takes_policy_labels_with_overrides(tmp_path):
-    """`--policies` reads labels as `rift-hf replay` does: the overrides reach the cache (an int8 selection at equal
-    bytes holds more rows in no more bytes than the plain selection)."""
+    """`--policies` reads labels as `python -m lab replay` does: the overrides reach the cache (an int8 selection at
+    equal bytes holds more rows in no more bytes than the plain selection)."""
     from benchmarks import step
 
     out = tmp_path / "step.json"
@@ -439,8 +439,8 @@ def test_replay_check_finds_committed_rows_identical_and_names_a_changed_one(tmp
     """The behaviour check of a refactor: a replay folder replayed again comes out row for row the same; a row whose
     accepted counts were altered is named."""
     from benchmarks import replay_check
-    from rift_hf.experiments.records import Experiment
-    from rift_hf.experiments.replay_runs import replay_compare
+    from lab.records import Experiment
+    from lab.replay_runs import replay_compare
 
     experiment = Experiment("tiny-random", ("full", "rift-stat", "page-round"), 96, 24, 1, gamma=4, window=8)
     replay_compare(experiment, [4], tmp_path / "run", targets_dir=tmp_path / "targets")

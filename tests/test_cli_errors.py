@@ -2,7 +2,7 @@
 
 import pytest
 
-from rift_hf.cli import main
+from lab.cli import main
 
 MISTAKES = [
     ["replay", "--per-task", "-1"],
@@ -38,4 +38,4 @@ def test_table_of_a_file_that_is_not_json_is_a_one_line_error(tmp_path, capsys):
             main(["table", str(path)])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(("rift-hf: error:", "rift-hf table: error:")), err
+        assert len(err) == 1 and err[0].startswith(("python -m lab: error:", "python -m lab table: error:")), err

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from rift_hf.experiments.tables import markdown_table, write_into_readme
+from lab.tables import markdown_table, write_into_readme
 from rift_hf.models import ModelSpec, load_preset
 from tiny import squeeze
 
@@ -82,7 +82,7 @@ def test_table_and_readme_block(tmp_path):
 
 
 def test_summary_records_are_upserted_by_key(tmp_path):
-    from rift_hf.experiments.records import update_summary
+    from lab.records import update_summary
 
     result = {
         "preset": "p",
@@ -119,7 +119,7 @@ def test_summary_records_are_upserted_by_key(tmp_path):
 
 
 def test_retention_spread_per_prompt_and_per_task():
-    from rift_hf.experiments.records import retention_spread
+    from lab.records import retention_spread
 
     runs = [
         {"policy": "full", "task": "repeat", "al": 10.0},
@@ -135,14 +135,14 @@ def test_retention_spread_per_prompt_and_per_task():
 
 
 def test_al_by_position_buckets_rounds_by_where_they_start():
-    from rift_hf.experiments.plots import al_by_position
+    from lab.plots import al_by_position
 
     # rounds emit 4, 1, 12, 3 tokens: they start at positions 0, 4, 5, 17
     assert al_by_position([3, 0, 11, 2], bucket=8) == [(0, (4 + 1 + 12) / 3), (16, 3.0)]
 
 
 def test_overview_plot_keeps_each_experiments_largest_runs():
-    from rift_hf.experiments.plots import headline_records
+    from lab.plots import headline_records
 
     def record(experiment, policy, prompts, method="generate", tokens=4096, preset="p"):
         return {"experiment": experiment, "preset": preset, "policy": policy, "prompts": prompts, "method": method,
@@ -165,7 +165,7 @@ def test_overview_plot_keeps_each_experiments_largest_runs():
 
 
 def test_summary_table_groups_records_by_experiment():
-    from rift_hf.experiments.tables import summary_table
+    from lab.tables import summary_table
 
     record = {
         "experiment": "E2",
@@ -190,7 +190,7 @@ def test_summary_table_groups_records_by_experiment():
 
 
 def test_staleness_splits_rounds_by_half_and_mass_by_quarter():
-    from rift_hf.experiments.records import staleness
+    from lab.records import staleness
 
     # 8 new tokens after a 10-token prompt: rounds emit 2, 2, 1, 3 tokens (start at 0, 2, 4, 5 of the output)
     run = {"input_tokens": 10, "accepted": [1, 1, 0, 2], "attention_mass": [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]}
@@ -204,14 +204,17 @@ def test_every_subcommand_documents_every_flag(capsys):
 
     import pytest
 
-    from rift_hf.cli import main
+    from lab.cli import main as lab_main
+    from rift_hf.cli import main as user_main
 
-    for command in ("compare", "replay", "train", "card", "table", "summary", "models", "demo", "push"):
+    lab = ("compare", "replay", "train", "card", "table", "summary")
+    for command in (*lab, "models", "demo", "push"):
+        prog, main = ("python -m lab", lab_main) if command in lab else ("rift-hf", user_main)
         with pytest.raises(SystemExit) as exit_info:
             main([command, "--help"])
         assert exit_info.value.code == 0
         text = capsys.readouterr().out
-        assert text.startswith(f"usage: rift-hf {command}"), text[:80]
+        assert text.startswith(f"usage: {prog} {command}"), text[:80]
         options = text.split("options:", 1)[1]
         # every option line (indented "-x"/"--x") is followed by help text on the same or the next line
         entries = re.split(r"\n  (?=-)", options)
@@ -223,7 +226,7 @@ def test_every_subcommand_documents_every_flag(capsys):
 def test_cli_errors_are_one_line_messages(capsys, tmp_path):
     import pytest
 
-    from rift_hf.cli import main
+    from lab.cli import main
 
     for argv, message in (
         (["compare", "--preset", "nope"], "invalid choice"),
@@ -244,8 +247,8 @@ def test_cli_errors_are_one_line_messages(capsys, tmp_path):
 def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(tmp_path):
     """The `transformers` label: a DynamicCache drafter through transformers' assisted loop, timed in the same run,
     with AL counted as new tokens per target forward; no retention, and the plot leaves it out."""
-    from rift_hf.experiments.compare import compare
-    from rift_hf.experiments.records import Experiment
+    from lab.compare import compare
+    from lab.records import Experiment
 
     experiment = Experiment("tiny-random", ["full", "transformers"], 96, 12, 1, gamma=4, window=8, delta=4)
     result = compare(experiment, 4.0, tmp_path, "float32", summary_path=tmp_path / "s.json")
@@ -261,8 +264,8 @@ def test_compare_runs_transformers_own_assisted_generation_beside_the_policies(t
 
 
 def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
-    from rift_hf.cli import main
-    from rift_hf.experiments.tables import regime_rows
+    from lab.cli import main
+    from lab.tables import regime_rows
 
     rows = [
         {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0},
@@ -282,7 +285,7 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
     assert got["p", "continue"]["prompts"] == 1 and got["p", "continue"]["retention"] == pytest.approx(0.75)
     main(["table", str(tmp_path), "--plot"])
     assert (tmp_path / "retention.png").exists()
-    from rift_hf.experiments.tables import regime_wide_table
+    from lab.tables import regime_wide_table
 
     wide = squeeze(regime_wide_table(tmp_path)).splitlines()
     assert wide[0] == "| policy | 4x repeat | 4x continue |"
@@ -311,8 +314,8 @@ def test_table_of_a_replay_folder_summarises_retention_per_regime(tmp_path):
 
 
 def test_table_by_task_pools_the_families_and_splits_a_regime_into_its_tasks(tmp_path, capsys):
-    from rift_hf.cli import main
-    from rift_hf.experiments.tables import regime_rows, task_cell
+    from lab.cli import main
+    from lab.tables import regime_rows, task_cell
 
     rows = []
     for name, cell, al in (
@@ -339,8 +342,8 @@ def test_table_by_task_pools_the_families_and_splits_a_regime_into_its_tasks(tmp
 
 
 def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_path):
-    from rift_hf.cli import main
-    from rift_hf.experiments.tables import regime_rows
+    from lab.cli import main
+    from lab.tables import regime_rows
 
     folders = []
     for tokens, al in ((1000, 6.0), (4000, 3.0)):  # E3: one folder per input length, the budget in tokens
@@ -374,8 +377,8 @@ def test_table_of_several_budget_folders_puts_input_lengths_side_by_side(tmp_pat
 
 
 def test_staleness_table_of_a_replay_folder_splits_each_policy_and_regime(tmp_path):
-    from rift_hf.cli import main
-    from rift_hf.experiments.tables import staleness_rows
+    from lab.cli import main
+    from lab.tables import staleness_rows
 
     # 8 new tokens after a 10-token prompt; p's rounds emit 2, 2, 1, 3 tokens; the mass falls from 0.8 to 0.3.
     mass = [(10, 0.9), (11, 0.7), (16, 0.2), (17, 0.4)]
@@ -414,8 +417,8 @@ def test_staleness_table_of_a_replay_folder_splits_each_policy_and_regime(tmp_pa
 def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
     """tokens/s = AL / (gamma x drafter ms per drafted token + verification ms); speed-up = tokens/s x target step.
     Timings match by nearest input length and budget (within 10%); a policy without one gets '-'."""
-    from rift_hf.cli import main
-    from rift_hf.experiments.tables import estimate_rows
+    from lab.cli import main
+    from lab.tables import estimate_rows
 
     rows = [
         {"prompt": "repeat:a", "task": "repeat", "policy": "full", "al": 10.0, "budget": None, "input_tokens": 4100},
@@ -477,7 +480,7 @@ def test_speed_estimate_of_a_replay_folder_follows_its_formula(tmp_path):
 def test_policy_labels_take_several_overrides():
     import argparse
 
-    from rift_hf.cli.arguments import policy_labels as _policy_labels
+    from lab.cli.arguments import policy_labels as _policy_labels
 
     parser = argparse.ArgumentParser()
     labels = _policy_labels(parser, "rift-stat@kv_dtype=int4,kv_equal_bytes=true,snapkv,rift-dyn@delta=16")
@@ -489,8 +492,8 @@ def test_policy_labels_take_several_overrides():
 def test_compare_resume_reads_logged_generations_back_and_refuses_another_setting(tmp_path, monkeypatch):
     """`compare(..., resume=True)` continues a killed run: logged generations (with their token ids) are read back,
     only what is missing is generated, and the lossless checks still compare real outputs."""
-    import rift_hf.experiments.compare as runner
-    from rift_hf.experiments.records import Experiment
+    import lab.compare as runner
+    from lab.records import Experiment
 
     def experiment(policies, new_tokens=12):
         return Experiment("tiny-random", policies, 96, new_tokens, 1, tasks=("repeat",), gamma=4, window=8, delta=4)
@@ -534,7 +537,7 @@ def test_compare_resume_reads_logged_generations_back_and_refuses_another_settin
 def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):
     """Rows are keyed by prompt name and checked against the prompt's token ids (another source set, or an edited
     prompt file, with the same names must not read them back)."""
-    from rift_hf.experiments.records import RunLog
+    from lab.records import RunLog
     from rift_hf.prompts import Prompt
 
     same = Prompt(name="repeat:x", task="repeat", input_ids=torch.tensor([[1, 2, 3]]))
@@ -548,7 +551,7 @@ def test_run_log_reuses_a_row_only_for_the_same_prompt_tokens(tmp_path):
 
 
 def test_speedup_by_regime_table_averages_each_regime_and_lists_its_prompts():
-    from rift_hf.experiments.tables import speedup_by_regime_table
+    from lab.tables import speedup_by_regime_table
 
     runs = [
         {"prompt": f"{task}:{source}", "task": task, "policy": policy, "speedup": value}

@@ -71,7 +71,7 @@ def test_a_head_only_folder_publishes_without_model_weights(tmp_path):
     folder = tmp_path / "head"
     SelectionHead.for_model(draft.config).save(folder)
     RiftConfig(policy="rift-stat", selection_head="selection_head.safetensors").save_pretrained(folder)
-    assert check_folder(folder) == ["README.md, the card (rift-hf card writes one for a trained head)"]
+    assert check_folder(folder) == ["README.md, the card (python -m lab card writes one for a trained head)"]
     (folder / "README.md").write_text("---\nlibrary_name: transformers\n---\n# head\n")
     assert check_folder(folder) == [] and push(folder, "someone/head", dry_run=True) is None
 

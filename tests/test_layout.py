@@ -1,15 +1,18 @@
 """The library and the lab apart: nothing a user imports (config, policies, storage, cache, attention, kernels,
-generation, replay, prefill, training) imports the command line, the experiment machinery, the demo, the real-model
-presets or the prompt sets; the layout is read from the sources, so a new import that breaks it fails here."""
+generation, replay, prefill, training) imports the command line, the demo, the real-model presets or the prompt sets,
+and nothing in `rift_hf` imports the lab (`lab/`: runners, recipes, tables, plots, beside the package, not in it);
+the layout is read from the sources, so a new import that breaks it fails here."""
 
 import ast
 from pathlib import Path
 
 import rift_hf
+import rift_hf.cli
 
 PACKAGE = Path(rift_hf.__file__).parent
 # The faces: what runs and records experiments, and what a user drives from outside Python.
-LAB = ("rift_hf.cli", "rift_hf.experiments", "rift_hf.demo", "rift_hf.models", "rift_hf.prompts", "rift_hf.hub")
+LAB = ("rift_hf.cli", "lab", "rift_hf.demo", "rift_hf.models", "rift_hf.prompts", "rift_hf.hub")
+LAB_PACKAGE = PACKAGE.parent / "lab"
 
 
 def _module(path: Path) -> tuple[str, list[str]]:
@@ -45,19 +48,43 @@ def test_the_library_never_imports_the_lab():
     assert not crossings, sorted(crossings)
 
 
-def test_the_experiments_are_where_the_cli_finds_them():
-    cli = set().union(*(_imports(path) for path in (PACKAGE / "cli").glob("*.py")))
-    assert {"rift_hf.experiments.compare", "rift_hf.experiments.tables", "rift_hf.experiments.replay_runs"} <= cli
+def test_no_module_of_the_package_imports_the_lab():
+    """The installed package (faces included: its CLI, demo, hub) runs without the lab, which is not in the wheel."""
+    crossings = {f"{_module(p)[0]} imports {n}" for p in PACKAGE.rglob("*.py") for n in _imports(p) if _in(n, ["lab"])}
+    assert not crossings, sorted(crossings)
+    assert not (PACKAGE / "experiments").exists()
+
+
+def test_the_lab_commands_are_where_its_cli_finds_them():
+    from lab import cli
+
+    imported = set().union(*(_lab_imports(path) for path in (LAB_PACKAGE / "cli").glob("*.py")))
+    assert {"lab.compare", "lab.tables", "lab.replay_runs"} <= imported
+    assert set(rift_hf.cli.LAB_COMMANDS) <= set(cli.COMMANDS) and set(rift_hf.cli.COMMANDS) <= set(cli.COMMANDS)
+    assert not set(rift_hf.cli.LAB_COMMANDS) & set(rift_hf.cli.COMMANDS)
+
+
+def _lab_imports(path: Path) -> set[str]:
+    """Absolute names a lab module imports (its relative imports resolved inside `lab`)."""
+    package = ["lab", *path.relative_to(LAB_PACKAGE).parent.parts]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - (node.level - 1)] if node.level else []
+            found.add(".".join(base + ([node.module] if node.module else [])))
+    return found
 
 
 def test_the_command_line_is_one_small_module_per_subcommand():
     """Each subcommand's arguments and its run side by side, no function long enough to hide a second job."""
+    from lab import cli as lab_cli
     from rift_hf import cli
 
-    for name, command in cli.COMMANDS.items():
-        assert command.__name__ == f"rift_hf.cli.{name.replace('-', '_')}"
+    for name, command in lab_cli.COMMANDS.items():
+        home = "rift_hf.cli" if name in cli.COMMANDS else "lab.cli"
+        assert command.__name__ == f"{home}.{name.replace('-', '_')}"
         assert callable(command.add_arguments) and callable(command.run) and command.HELP
-    for path in (PACKAGE / "cli").glob("*.py"):
+    for path in [*(PACKAGE / "cli").glob("*.py"), *(LAB_PACKAGE / "cli").glob("*.py")]:
         source = path.read_text()
         assert len(source.splitlines()) < 400, path.name
         for node in ast.walk(ast.parse(source)):

@@ -16,7 +16,7 @@ CONFIG = {"policy": "rift-stat", "budget": 16, "window": 4, "step_aside": False}
 def _save(tmp_path):
     target, draft = draft_target_pair("llama")
     target.save_pretrained(tmp_path / "target")
-    draft.save_pretrained(tmp_path / "drafter")  # as `rift-hf train` writes it: generation config untouched
+    draft.save_pretrained(tmp_path / "drafter")  # as `python -m lab train` writes it: generation config untouched
     RiftConfig.from_dict(CONFIG).save_pretrained(tmp_path / "drafter")
     return target, draft
 

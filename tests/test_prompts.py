@@ -119,7 +119,7 @@ def test_a_source_shorter_than_the_input_asked_for_is_named_in_a_warning():
 def test_cli_sources_take_a_set_a_jsonl_or_a_comma_separated_list(tmp_path):
     import argparse
 
-    from rift_hf.cli.arguments import sources as _sources
+    from lab.cli.arguments import sources as _sources
 
     mine = tmp_path / "mine.jsonl"
     mine.write_text('{"name": "a", "text": "b"}\n')

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import TrainingArguments
 
-from rift_hf.experiments.recipe import proxy_agreement, replay_summary, training_sequences
+from lab.recipe import proxy_agreement, replay_summary, training_sequences
 from rift_hf.models import ByteTokenizer
 from rift_hf.prompts import source_text
 from rift_hf.training import CompressionSampler, RiftDistillationTrainer, compressed_attention_masks, teacher_top_k

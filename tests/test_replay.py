@@ -198,7 +198,7 @@ def test_pad_token_in_the_output_is_masked_as_the_real_loop_masks_it(pairs):
 def test_replay_cli_writes_records_and_resumes(tmp_path):
     import json
 
-    from rift_hf.cli import main
+    from lab.cli import main
 
     argv = [
         "replay",
@@ -271,7 +271,7 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
 
 
 def test_replay_cli_argument_errors(capsys):
-    from rift_hf.cli import main
+    from lab.cli import main
 
     for argv, message in (
         (["replay", "--compressions", "1"], "finite numbers > 1"),
@@ -335,7 +335,7 @@ def test_no_shared_prefill_for_recurrent_states(pairs):
 def test_replay_cli_on_your_own_prompts(tmp_path):
     import json
 
-    from rift_hf.cli import main
+    from lab.cli import main
 
     prompts = tmp_path / "mine.jsonl"
     text = "the quick brown fox jumps over the lazy dog. " * 3
@@ -363,8 +363,8 @@ def test_replay_cli_on_your_own_prompts(tmp_path):
 def test_replay_reuses_the_full_cache_row_across_compressions(tmp_path, monkeypatch):
     import json
 
-    import rift_hf.experiments.replay_runs as module  # where the runner looks `replay` up
-    from rift_hf.cli import main
+    import lab.replay_runs as module  # where the runner looks `replay` up
+    from lab.cli import main
 
     calls = []
     real = module.replay
@@ -402,7 +402,7 @@ def test_a_longer_cached_target_output_is_cut_to_the_length_asked(tmp_path, pair
 def test_replay_cli_with_a_budget_in_tokens(tmp_path, capsys):
     import json
 
-    from rift_hf.cli import main
+    from lab.cli import main
 
     argv = ["replay", "--preset", "tiny-random", "--policies", "rift-stat", "--budget-tokens", "40", "--new-tokens"]
     argv += ["16", "--per-task", "1", "--window", "8", "--targets", str(tmp_path / "t"), "--summary"]
@@ -425,7 +425,7 @@ def test_replay_cli_with_a_budget_in_tokens(tmp_path, capsys):
 
 
 def test_rows_without_settings_resume_as_written_before_they_named_them():
-    from rift_hf.experiments.records import check_resumable, row_settings
+    from lab.records import check_resumable, row_settings
 
     old = {"prompt": "continue:a", "policy": "page-round"}  # written before rows named their settings
     then = {"budget": 0.25, "prompt_chunk": 0}  # the prompt read in one forward, as every row then was

@@ -354,7 +354,7 @@ def test_auto_dtype_is_bf16_only_where_it_is_computed_natively(monkeypatch):
 def test_compare_defaults_to_auto_and_records_the_dtype_the_models_ran_in(tmp_path, capsys):
     import json
 
-    from rift_hf import cli
+    from lab import cli
 
     with pytest.raises(SystemExit):
         cli.main(["compare", "--help"])
@@ -526,14 +526,14 @@ def test_rift_without_a_drafter_is_refused_before_any_forward(pairs):
     ],
 )
 def test_cli_numbers_are_finite_and_in_range_before_any_work(argv, tmp_path, capsys, monkeypatch):
-    from rift_hf.cli import main
+    from lab.cli import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--out", str(tmp_path / "out")])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"rift-hf {argv[0]}: error:"), err  # the subcommand's own name
+    assert len(err) == 1 and err[0].startswith(f"python -m lab {argv[0]}: error:"), err  # the subcommand's own name
     assert not list(tmp_path.rglob("*")), "nothing is written"
 
 

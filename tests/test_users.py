@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from lab.cli import main
 from rift_hf import RiftConfig
-from rift_hf.cli import main
 
 
 def _one_line_exit(capsys, argv) -> str:
@@ -44,7 +44,7 @@ def test_compare_and_replay_write_only_under_out_and_the_user_cache(tmp_path, mo
     cwd.mkdir()
     monkeypatch.setenv("RIFT_HF_HOME", str(home))
     monkeypatch.chdir(cwd)
-    import rift_hf.experiments.records as records
+    import lab.records as records
 
     monkeypatch.setattr(records, "USER_HOME", home)
     common = ["--preset", "tiny-random", "--per-task", "1", "--input-tokens", "96", "--new-tokens", "8", "--gamma", "4"]
@@ -57,8 +57,8 @@ def test_compare_and_replay_write_only_under_out_and_the_user_cache(tmp_path, mo
 
 
 def test_compare_warms_up_and_lets_settings_take_turns(tmp_path, monkeypatch):
-    import rift_hf.experiments.compare as runner
-    from rift_hf.experiments.records import Experiment
+    import lab.compare as runner
+    from lab.records import Experiment
 
     calls = []
     original = runner._run

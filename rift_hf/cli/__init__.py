@@ -1,6 +1,6 @@
 """`rift-hf` command line. One module per subcommand (`rift_hf/cli/<command>.py`: its `HELP`, `add_arguments(parser)`
 and `run(parser, args)`), what several of them parse alike in `arguments`; the runners, tables and plots they call
-live in `rift_hf.experiments`. `demo` parses its own arguments (`rift_hf.demo.app`)."""
+live in `lab`. `demo` parses its own arguments (`rift_hf.demo.app`)."""
 
 from __future__ import annotations
 
@@ -9,37 +9,31 @@ import sys
 
 import rift_hf
 
-from . import card, compare, models, push, replay, summary, table, train, train_head
-from .arguments import Parser, split_labels
+from . import models, push
+from .parser import Parser
 
-__all__ = ["COMMANDS", "main", "parser", "split_labels"]
+__all__ = ["COMMANDS", "LAB_COMMANDS", "main", "parser", "run"]
 
-COMMANDS = {
-    "models": models,
-    "compare": compare,
-    "replay": replay,
-    "train": train,
-    "train-head": train_head,
-    "card": card,
-    "table": table,
-    "push": push,
-    "summary": summary,
-}
+COMMANDS = {"models": models, "push": push}
+# The lab's commands (`python -m lab <command>` from a clone of the repository), named here to point there.
+LAB_COMMANDS = ("compare", "replay", "train", "train-head", "card", "table", "summary")
 DESCRIPTION = (
-    "rift-hf: speculative decoding with a compressed drafter cache. Measure policies by real generation (compare) or "
-    "by replay, train and publish drafters, render results; `rift-hf <command> --help` for each command."
+    "rift-hf: speculative decoding with a compressed drafter cache. Install real model pairs (models), try policies "
+    "live (demo), publish a drafter (push); `rift-hf <command> --help` for each command. Measuring policies, training "
+    "drafters and rendering results run from a clone: `python -m lab <command>`."
 )
 DEMO_HELP = "the Gradio app comparing policies live (rift-hf demo --help)"
 
 
-def parser() -> Parser:
-    """Every subcommand's arguments, in the order `rift-hf --help` lists them."""
-    root = Parser(prog="rift-hf", description=DESCRIPTION)
+def parser(prog: str = "rift-hf", commands: dict | None = None, description: str = DESCRIPTION) -> Parser:
+    """Every subcommand's arguments (`commands`, default `COMMANDS`), in the order `--help` lists them."""
+    commands = COMMANDS if commands is None else commands
+    root = Parser(prog=prog, description=description)
     root.add_argument("--version", action="version", version=f"rift-hf {rift_hf.__version__}")
     sub = root.add_subparsers(dest="command", required=True, parser_class=Parser)
-    root.commands = {}  # name -> its parser: a command's errors name the command (`rift-hf replay: error ...`)
-    for name, command in COMMANDS.items():
-        if name == "train":
+    root.commands = {}  # name -> its parser: a command's errors name the command (`python -m lab replay: error ...`)
+    for name, command in commands.items():
+        if name == "push":
             sub.add_parser("demo", help=DEMO_HELP)
         description = getattr(command, "DESCRIPTION", None)
         root.commands[name] = sub.add_parser(name, help=command.HELP, description=description)
@@ -48,34 +42,48 @@ def parser() -> Parser:
 
 
 def main(argv=None) -> None:
-    """`rift-hf`: a user's mistake that surfaces while a command runs (a file that is not there, or not JSON) ends
-    with one line on stderr and exit status 2, as argparse's own usage errors do."""
+    """`rift-hf`."""
+    run(argv)
+
+
+def run(argv=None, prog: str = "rift-hf", commands: dict | None = None, description: str = DESCRIPTION) -> None:
+    """Parse `argv` against `commands` and run the one named. A user's mistake that surfaces while a command runs (a
+    file that is not there, or not JSON) ends with one line on stderr and exit status 2, as argparse's own usage
+    errors do."""
     try:
-        _main(argv)
+        _run(argv, prog, COMMANDS if commands is None else commands, description)
     except (FileNotFoundError, IsADirectoryError, json.JSONDecodeError, UnicodeDecodeError) as err:
         what = f"{err.filename}: {err.strerror}" if isinstance(err, OSError) and err.filename else str(err)
         if isinstance(err, (json.JSONDecodeError, UnicodeDecodeError)):
             what = f"a file given is not JSON ({err})"
-        print(f"rift-hf: error: {what}", file=sys.stderr)
+        print(f"{prog}: error: {what}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
-def _main(argv=None) -> None:
+def _run(argv, prog: str, commands: dict, description: str) -> None:
     from ..extras import MissingExtra, require
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] == ["demo"]:
-            require("demo", "rift-hf demo")
+            require("demo", f"{prog} demo")
             from rift_hf.demo.app import main as demo_main
 
             return demo_main(argv[1:])
-        root = parser()
+        if argv[:1] and argv[0] in LAB_COMMANDS and argv[0] not in commands:
+            print(
+                f"{prog}: error: `{argv[0]}` is one of the lab's commands, which measure policies, train drafters and "
+                f"render results from a clone of the repository: run `python -m lab {' '.join(argv)}` there (the "
+                "library itself replays your own prompts: rift_hf.replay).",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        root = parser(prog, commands, description)
         args = root.parse_args(argv)
-        command = COMMANDS[args.command]
+        command = commands[args.command]
         if getattr(command, "EXTRA", None):  # before any work: nothing computed, nothing written
-            require(command.EXTRA[0], f"rift-hf {args.command}", *command.EXTRA[1:])
+            require(command.EXTRA[0], f"{prog} {args.command}", *command.EXTRA[1:])
         command.run(root.commands[args.command], args)
     except MissingExtra as err:
-        print(f"rift-hf: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

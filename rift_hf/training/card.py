@@ -188,7 +188,7 @@ def _use(result: dict, repo_id: str, target: str, base_model: str) -> str:
     ]
     if repo_id.startswith(PLACEHOLDER_NAMESPACE + "/"):
         lines.append(
-            f"\n(`{PLACEHOLDER_NAMESPACE}`: the namespace this folder was pushed to; `rift-hf card --repo-id` "
+            f"\n(`{PLACEHOLDER_NAMESPACE}`: the namespace this folder was pushed to; `python -m lab card --repo-id` "
             "writes it in.)"
         )
     return "\n".join(lines)
@@ -261,7 +261,7 @@ def build_card(
     if result.get("eval", {}).get("method") != "replay" or not result.get("after"):
         raise ValueError(
             "This eval.json has no replay evaluation (written by an older recipe, or with --no-replay): rerun "
-            "`rift-hf train` with the same --out to evaluate it by replay."
+            "`python -m lab train` with the same --out to evaluate it by replay."
         )
     if result.get("kind") == "selection-head":
         return _head_card(result, model_name, target, license, base_model, repo_id)

@@ -58,6 +58,6 @@ class PageRoundMean(PageRound):
 rift_hf.POLICIES = (*rift_hf.POLICIES, "page-round-exact", "page-round-mean")
 
 if __name__ == "__main__":
-    from rift_hf.cli import main
+    from lab.cli import main
 
     main(sys.argv[1:])

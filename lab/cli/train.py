@@ -1,5 +1,5 @@
-"""`rift-hf train`: compressibility distillation of a preset's drafter, evaluated before and after
-(`rift_hf.experiments.recipe`). `recipe_arguments` / `recipe_options` are what `train-head` shares with it."""
+"""`python -m lab train`: compressibility distillation of a preset's drafter, evaluated before and after
+(`lab.recipe`). `recipe_arguments` / `recipe_options` are what `train-head` shares with it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 
 import rift_hf
-
-from ..models import PRESETS
-from .arguments import compressions, number, positive_int
-from .card import TRAINED, write_cards
+from lab.cli.arguments import compressions, number, positive_int
+from lab.cli.card import TRAINED, write_cards
+from rift_hf.models import PRESETS
 
 # The extra this command needs, checked before any work: training (peft, evaluate).
 EXTRA = ("training",)
@@ -84,7 +83,7 @@ def add_arguments(parser) -> None:
 
 
 def run(parser, args) -> None:
-    from ..experiments.recipe import run as train
+    from lab.recipe import run as train
 
     options = recipe_options(parser, args)
     if args.policy not in rift_hf.POLICIES or args.policy == "full":

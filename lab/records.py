@@ -13,18 +13,19 @@ from pathlib import Path
 
 import torch
 
-from ..config import RiftConfig, policy_settings
-from ..policies import label_fields, policy_class
+import rift_hf
+from rift_hf.config import RiftConfig, policy_settings
+from rift_hf.policies import label_fields, policy_class
 
 # A `compare` label that is no policy: transformers' own assisted generation with a full (DynamicCache) drafter.
 TRANSFORMERS = "transformers"
-METRIC = Path(__file__).resolve().parent.parent / "metrics" / "acceptance_length"
+METRIC = Path(rift_hf.__file__).resolve().parent / "metrics" / "acceptance_length"
 # Where the lab keeps its records, relative to the repository root (commands run from there): the one place such a
 # path is written (`RESULTS / "targets"` holds replay's target outputs, `RESULTS / "summary.json"` the headlines).
 RESULTS = Path("benchmarks/results")
 TARGETS = RESULTS / "targets"
 SUMMARY = RESULTS / "summary.json"
-# Where a user's runs go unless told (`rift-hf compare` / `replay`): never into the current directory's tree.
+# Where a user's runs go unless told (`python -m lab compare` / `replay`): never into the current directory's tree.
 USER_HOME = Path(os.environ.get("RIFT_HF_HOME", Path.home() / ".cache" / "rift-hf"))
 USER_RESULTS = USER_HOME / "results"
 USER_TARGETS = USER_HOME / "targets"
@@ -74,7 +75,7 @@ class Experiment:
             )
 
     def prompts(self, tokenizer) -> list:
-        from ..prompts import prompt_set
+        from rift_hf.prompts import prompt_set
 
         return prompt_set(tokenizer, self.input_tokens, self.per_task, tasks=self.tasks, sources=self.sources)
 
@@ -236,7 +237,7 @@ class RunLog:
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
 
     def get(self, prompt, label: str) -> dict | None:
-        from ..replay import prompt_digest
+        from rift_hf.replay import prompt_digest
 
         row = self.rows.get((prompt.name, label))
         return row if row is not None and row.get("prompt_sha") == prompt_digest(prompt.input_ids) else None
@@ -247,7 +248,7 @@ class RunLog:
         return torch.cat([prompt.input_ids.cpu(), new], dim=1)
 
     def add(self, prompt, record: dict, output: torch.Tensor) -> None:
-        from ..replay import prompt_digest
+        from rift_hf.replay import prompt_digest
 
         row = {**record, "prompt_sha": prompt_digest(prompt.input_ids), "new_ids": output[0, prompt.tokens :].tolist()}
         self.rows[prompt.name, record["policy"]] = row

@@ -1,14 +1,14 @@
-"""`rift-hf train-head`: fit a selection head for a policy (the drafter untouched), evaluated before and after
-(`rift_hf.experiments.head_recipe`)."""
+"""`python -m lab train-head`: fit a selection head for a policy (the drafter untouched), evaluated before and after
+(`lab.head_recipe`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .arguments import number, positive_int
-from .card import write_cards
-from .train import recipe_arguments, recipe_options
+from lab.cli.arguments import number, positive_int
+from lab.cli.card import write_cards
+from lab.cli.train import recipe_arguments, recipe_options
 
 # The extra this command needs, checked before any work: training (peft, evaluate).
 EXTRA = ("training",)
@@ -38,7 +38,7 @@ def add_arguments(parser) -> None:
 
 
 def run(parser, args) -> None:
-    from ..experiments.head_recipe import run_head
+    from lab.head_recipe import run_head
 
     try:
         result = run_head(

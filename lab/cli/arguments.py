@@ -1,5 +1,5 @@
-"""What several subcommands parse alike: the parser class, argument types, policy labels and the arguments
-`compare` and `replay` share."""
+"""What several lab subcommands parse alike: argument types, policy labels and the arguments `compare` and `replay`
+share (the parser class is `rift_hf.cli.parser.Parser`)."""
 
 from __future__ import annotations
 
@@ -8,33 +8,11 @@ import math
 from pathlib import Path
 
 import rift_hf
-
-from ..experiments.compare import DEFAULT_POLICIES
-from ..experiments.records import Experiment, policy_config
-from ..models import PRESETS as MODEL_PRESETS
+from lab.compare import DEFAULT_POLICIES
+from lab.records import Experiment, policy_config
+from rift_hf.models import PRESETS as MODEL_PRESETS
 
 PRESET_NAMES = ("tiny-random", *MODEL_PRESETS)
-
-
-class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """`--help` with each default once: none added where the help already says it, or where there is none."""
-
-    def _get_help_string(self, action) -> str:
-        if action.default is None or "default" in (action.help or ""):
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
-class Parser(argparse.ArgumentParser):
-    """Subcommand parsers that print their defaults in `--help`."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", DefaultsFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        """One line on stderr (`--help` shows the usage), exit status 2."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def positive_int(text: str) -> int:
@@ -80,7 +58,7 @@ def compressions(parser, text: str) -> list[float]:
 
 def sources(text: str) -> str | list[str]:
     """`--sources`: a source set name or a .jsonl path as given; anything else is a comma-separated list of sources."""
-    from ..prompts import SOURCES
+    from rift_hf.prompts import SOURCES
 
     if text.endswith(".jsonl"):
         if not Path(text).is_file():
@@ -103,7 +81,7 @@ def task_list(text: str) -> tuple[str, ...]:
 
 def checked_tasks(parser, args) -> tuple[str, ...] | None:
     """`--tasks`: any names for a prompt file of your own (its records' `task`), the built-in ones otherwise."""
-    from ..prompts import TASKS
+    from rift_hf.prompts import TASKS
 
     own = str(args.sources).endswith(".jsonl") or str(args.sources).startswith("broad-")  # broad: families, cells
     if args.tasks is not None and not own:

@@ -1,4 +1,4 @@
-"""`rift-hf compare`: policies side by side on a real model preset, by real generation (speed and AL)."""
+"""`python -m lab compare`: policies side by side on a real model preset, by real generation (speed and AL)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 import rift_hf
-
-from .records import (
+from lab.records import (
     TRANSFORMERS,
     Experiment,
     RunLog,
@@ -24,7 +23,7 @@ from .records import (
     summarise,
     update_summary,
 )
-from .tables import markdown_table
+from lab.tables import markdown_table
 
 LINEARS = ("torch", "weight-major")  # how small-batch linear layers are computed (`compare --linear`)
 DEFAULT_POLICIES = ("full", "swa", "snapkv", "rift-stat", "rift-dyn", "page-retrieval", "page-round")
@@ -65,13 +64,13 @@ def compare(
     generating again (`full` ignores budget and Δ). Every generation is also appended to `<out_dir>/runs.jsonl` as it
     finishes (with its new token ids); with `resume`, a run of the same setting reads those back, so a killed run
     continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
-    `targets_dir`, the target's own output of each prompt is also saved where `rift-hf replay` looks for it.
+    `targets_dir`, the target's own output of each prompt is also saved where `python -m lab replay` looks for it.
     `linear="weight-major"` computes both models' small-batch linear layers as `weight @ x.T` on a CPU
     (`rift_hf.cpu.weight_major_linear`; recorded in the settings). Replay's target outputs must come from torch's own
     linear layers, so `targets_dir` with it is a ValueError.
     """
-    from ..models import fix_draft_length, load_preset, resolve_dtype
-    from ..prompts import describe_sources
+    from rift_hf.models import fix_draft_length, load_preset, resolve_dtype
+    from rift_hf.prompts import describe_sources
 
     if linear not in LINEARS:
         raise ValueError(f"linear must be one of {', '.join(LINEARS)}, got {linear!r}.")
@@ -85,7 +84,7 @@ def compare(
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
     dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
     if linear == "weight-major":
-        from ..cpu import weight_major_linear
+        from rift_hf.cpu import weight_major_linear
 
         weight_major_linear(target)
         weight_major_linear(draft)
@@ -158,7 +157,7 @@ def compare(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "compare.json").write_text(record_json(result))
     update_summary(result, experiment.name, summary_path or out_dir / "summary.json")
-    from .plots import plot_compare
+    from lab.plots import plot_compare
 
     plot_compare(result, out_dir / "compare.png")
     table = markdown_table(result)
@@ -207,7 +206,7 @@ def _run(policy, experiment, compression, target, draft, prompt, gen, memo=None,
 
 def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds: float, new_tokens: int, dtype: str):
     """The target-alone generation of `compare` (greedy, `new_tokens` forced) as replay's cached target output."""
-    from ..replay import TargetOutput, _eos_ids, save_target_output, target_output_path
+    from rift_hf.replay import TargetOutput, _eos_ids, save_target_output, target_output_path
 
     path = target_output_path(root, preset, prompt.name, prompt.input_ids, new_tokens, dtype)
     if not path.exists():
@@ -220,7 +219,7 @@ def _save_target_output(root: Path, preset: str, target, prompt, plain, seconds:
             pad_token_id=target.generation_config.pad_token_id,
             seconds=seconds,
         )
-        save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=dtype, by="rift-hf compare")
+        save_target_output(record, path, preset=preset, prompt=prompt.name, dtype=dtype, by="python -m lab compare")
 
 
 def _generate(memo: dict | None, key, model, ids, **kwargs):

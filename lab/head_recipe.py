@@ -1,5 +1,5 @@
 """The selection-head recipe on a real preset: capture examples, fit the head, evaluate before and after by replay,
-write a Hub-ready folder (`rift-hf train-head`). The head and its training live in `rift_hf.training.head`."""
+write a Hub-ready folder (`python -m lab train-head`). The head and its training live in `rift_hf.training.head`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from ..policies.selection_head import HEAD_NAME, SelectionHead
-from ..training.head import forward_seconds, head_examples, head_recall, train_selection_head
-from .records import TARGETS
+from lab.records import TARGETS
+from rift_hf.policies.selection_head import HEAD_NAME, SelectionHead
+from rift_hf.training.head import forward_seconds, head_examples, head_recall, train_selection_head
 
 CARRIED = "carried from before_dir (the head does not change the drafter)"
 
@@ -59,10 +59,7 @@ def run_head(
 
     from transformers import AutoTokenizer
 
-    from ..attention import use_rift_attention
-    from ..config import RiftConfig
-    from ..models import PRESETS, ensure_local, load_model
-    from .recipe import (
+    from lab.recipe import (
         PROXY_MODULES,
         TASKS,
         TRAIN_MODULES,
@@ -71,8 +68,11 @@ def run_head(
         replay_summary,
         training_sequences,
     )
-    from .records import Experiment, machine
-    from .replay_runs import replay_compare
+    from lab.records import Experiment, machine
+    from lab.replay_runs import replay_compare
+    from rift_hf.attention import use_rift_attention
+    from rift_hf.config import RiftConfig
+    from rift_hf.models import PRESETS, ensure_local, load_model
 
     tick = time.perf_counter()
     compressions = checked_run(preset, compressions)

@@ -1,12 +1,13 @@
-"""`rift-hf table`: a `compare.json`, a replay run's rows or folders as markdown (retention per regime, staleness,
-estimated speed), with plots and README blocks (`rift_hf.experiments.tables`, `.plots`)."""
+"""`python -m lab table`: a `compare.json`, a replay run's rows or folders as markdown (retention per regime, staleness,
+estimated speed), with plots and README blocks (`lab.tables`, `.plots`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from ..experiments.tables import (
+from lab.cli.arguments import policy_labels
+from lab.tables import (
     estimate_table,
     markdown_table,
     regime_rows,
@@ -18,7 +19,6 @@ from ..experiments.tables import (
     staleness_table,
     write_into_readme,
 )
-from .arguments import policy_labels
 
 HELP = "render a compare.json or a replay rows.jsonl as markdown (and into a README)"
 
@@ -28,9 +28,9 @@ def add_arguments(parser) -> None:
         "result",
         type=Path,
         nargs="+",
-        help="a compare.json written by rift-hf compare or replay, a replay run's rows.jsonl, or a replay run's folder "
-        "(retention per compression, policy and regime, with its per-prompt spread); several replay folders (E3's "
-        "input lengths) give one wide table side by side, and with --plot <their parent>/retention-by-input.png",
+        help="a compare.json written by python -m lab compare or replay, a replay run's rows.jsonl, or a replay run's "
+        "folder (retention per compression, policy and regime, with its per-prompt spread); several replay folders "
+        "(E3's input lengths) give one wide table side by side, and with --plot <their parent>/retention-by-input.png",
     )
     parser.add_argument("--readme", type=Path, help="also write the table into this README's compare block")
     parser.add_argument(
@@ -104,7 +104,7 @@ def _side_by_side(parser, args, chosen) -> str:
     if args.estimate or args.staleness or args.by_regime:
         parser.error("--estimate, --staleness and --by-regime take one result; several folders give retention")
     if args.plot:
-        from ..experiments.plots import plot_input_sweep
+        from lab.plots import plot_input_sweep
 
         rows = [r for folder in args.result for r in regime_rows(folder, chosen, args.common_prompts, args.by_task)]
         plot_input_sweep(rows, args.result[0].parent / "retention-by-input.png")
@@ -124,11 +124,11 @@ def _folder(parser, args, folder: Path, chosen) -> str:
     else:
         table = (regime_wide_table if args.wide else regime_table)(folder, chosen, args.common_prompts, args.by_task)
     if args.plot and args.staleness:
-        from ..experiments.plots import plot_staleness
+        from lab.plots import plot_staleness
 
         plot_staleness(staleness_rows(folder, chosen), folder / "staleness.png")
     elif args.plot:
-        from ..experiments.plots import plot_regimes
+        from lab.plots import plot_regimes
 
         plot_regimes(regime_rows(folder, chosen, args.common_prompts, args.by_task), folder / "retention.png")
     return table
@@ -142,7 +142,7 @@ def _file(parser, args, path: Path) -> str:
         return rows_table([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
     result = json.loads(path.read_text())
     if args.plot:
-        from ..experiments.plots import plot_compare
+        from lab.plots import plot_compare
 
         plot_compare(result, path.with_suffix(".png"))
     return speedup_by_regime_table(result) if args.by_regime else markdown_table(result)

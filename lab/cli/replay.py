@@ -1,14 +1,14 @@
-"""`rift-hf replay`: acceptance lengths by exact replay against cached target outputs
-(`rift_hf.experiments.replay_runs`)."""
+"""`python -m lab replay`: acceptance lengths by exact replay against cached target outputs
+(`lab.replay_runs`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..experiments.records import USER_RESULTS, USER_TARGETS
-from ..experiments.tables import markdown_table
-from ..models import PRESETS as MODEL_PRESETS
-from .arguments import add_run_arguments, compressions, experiment, policy_labels, positive_int
+from lab.cli.arguments import add_run_arguments, compressions, experiment, policy_labels, positive_int
+from lab.records import USER_RESULTS, USER_TARGETS
+from lab.tables import markdown_table
+from rift_hf.models import PRESETS as MODEL_PRESETS
 
 # The extra this command needs, checked before any work: the AL metric (evaluate).
 EXTRA = ("bench", ("evaluate", "matplotlib"))  # gguf only where a real preset is converted (models.py)
@@ -77,7 +77,7 @@ def _drafter(parser, args) -> tuple:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..models import ensure_local
+    from rift_hf.models import ensure_local
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_local(MODEL_PRESETS[args.preset][0]))
     draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=getattr(torch, args.dtype))
@@ -87,7 +87,7 @@ def _drafter(parser, args) -> tuple:
 
 
 def run(parser, args) -> None:
-    from ..experiments.replay_runs import replay_compare
+    from lab.replay_runs import replay_compare
 
     policies = policy_labels(parser, args.policies)
     if args.budget_tokens is not None and args.compressions is not None:

@@ -1,15 +1,15 @@
-"""`rift-hf compare`: policies side by side on a model preset, by real generation (`rift_hf.experiments.compare`)."""
+"""`python -m lab compare`: policies side by side on a model preset, by real generation (`lab.compare`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..experiments.compare import LINEARS, compare
-from ..experiments.records import TRANSFORMERS, USER_RESULTS, USER_TARGETS
-from ..experiments.tables import markdown_table
-from ..models import DTYPES
-from ..models import PRESETS as MODEL_PRESETS
-from .arguments import add_run_arguments, experiment, number, policy_labels
+from lab.cli.arguments import add_run_arguments, experiment, number, policy_labels
+from lab.compare import LINEARS, compare
+from lab.records import TRANSFORMERS, USER_RESULTS, USER_TARGETS
+from lab.tables import markdown_table
+from rift_hf.models import DTYPES
+from rift_hf.models import PRESETS as MODEL_PRESETS
 
 # The extra this command needs, checked before any work: the AL metric (evaluate).
 EXTRA = ("bench", ("evaluate", "matplotlib"))  # gguf only where a real preset is converted (models.py)
@@ -45,7 +45,7 @@ def add_arguments(parser) -> None:
         "--targets",
         type=Path,
         default=USER_TARGETS,
-        help="where the target's own outputs are saved for `rift-hf replay` (real presets)",
+        help="where the target's own outputs are saved for `python -m lab replay` (real presets)",
     )
     parser.add_argument(
         "--resume",

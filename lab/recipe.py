@@ -1,6 +1,6 @@
 """The whole compressibility recipe on a real preset: evaluate, distil, evaluate again, write a Hub-ready folder.
 
-    rift-hf train --preset qwen-coder --steps 120 --out ~/.cache/rift-hf/trained/qwen-coder-rift-stat
+    python -m lab train --preset qwen-coder --steps 120 --out ~/.cache/rift-hf/trained/qwen-coder-rift-stat
 
 Training sequences are shaped like the evaluation's use: a `repeat` or `continue` chat prompt built from a
 standard-library module (`rift_hf.prompts.build_prompt`) followed by its known answer (the text to repeat, or the
@@ -17,7 +17,7 @@ Two evaluations, before and after:
 - a proxy, cheap enough for a hyper-parameter look: on held-out proxy sequences, the share of answer positions where
   the drafter's argmax equals the target's, under each evaluated cache (teacher-forced masks) and with the full
   cache; proxy retention = the ratio;
-- acceptance length by exact replay (`rift_hf.replay`) on the `rift-hf replay` prompt set (8 prompts per regime,
+- acceptance length by exact replay (`rift_hf.replay`) on the `python -m lab replay` prompt set (8 prompts per regime,
   ~4K tokens, 512 new by default) for the full cache and each (policy, compression); retention per prompt = AL / the
   same drafter's full-cache AL on that prompt. `before_dir` may name an existing replay folder of the untouched
   drafter (e.g. `benchmarks/results/E1/...`), which the before-evaluation resumes instead of recomputing; `after_dir`
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import RiftConfig, policy_settings
-from .records import TARGETS, Experiment, machine
+from lab.records import TARGETS, Experiment, machine
+from rift_hf.config import RiftConfig, policy_settings
 
 TRAIN_MODULES = (
     "email.message",
@@ -87,7 +87,7 @@ def training_sequences(tokenizer, modules, prompt_tokens: int, answer_tokens: in
     Returns dicts with `input_ids` (`[T]`), `boundary` (the prompt length) and `name`. A module too short for a
     prompt and its answer is left out.
     """
-    from ..prompts import build_prompt, source_text
+    from rift_hf.prompts import build_prompt, source_text
 
     items = []
     for module in modules:
@@ -110,7 +110,7 @@ def proxy_agreement(draft, items, top_k, configs: dict[str, dict | None]) -> dic
     Teacher-forced agreement with the target: per named cache config (None: the full cache), the share of answer
     positions (after each item's `boundary`) where the drafter's argmax equals the target's (`top_k`'s first index).
     """
-    from ..training.masks import compressed_attention_masks, masked_attention
+    from rift_hf.training.masks import compressed_attention_masks, masked_attention
 
     was_training = draft.training
     draft.eval()
@@ -179,7 +179,7 @@ def evaluation_record(evaluation: Experiment, before_dir: Path, after_dir: Path,
 
 def checked_run(preset: str, compressions) -> list[float]:
     """A real preset's name and the evaluated compressions, sorted; a ValueError naming the fix otherwise."""
-    from ..models import PRESETS
+    from rift_hf.models import PRESETS
 
     if preset not in PRESETS:
         raise ValueError(f"Unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}.")
@@ -238,11 +238,11 @@ def run(
     from transformers import AutoTokenizer, TrainerState, TrainingArguments
     from transformers.trainer_utils import get_last_checkpoint
 
-    from ..attention import use_rift_attention
-    from ..models import PRESETS, ensure_local, load_model
-    from ..training.distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
-    from ..training.selection import alignment_loss, captured_attention, future_attention, selection_recall
-    from .replay_runs import replay_compare
+    from lab.replay_runs import replay_compare
+    from rift_hf.attention import use_rift_attention
+    from rift_hf.models import PRESETS, ensure_local, load_model
+    from rift_hf.training.distill import CompressionSampler, RiftDistillationTrainer, teacher_top_k
+    from rift_hf.training.selection import alignment_loss, captured_attention, future_attention, selection_recall
 
     tick = time.perf_counter()
     compressions = checked_run(preset, compressions)

@@ -1,4 +1,4 @@
-"""`rift-hf summary`: `summary.json` (every experiment's headline records) as markdown tables, a figure, a README
+"""`python -m lab summary`: `summary.json` (every experiment's headline records) as markdown tables, a figure, a README
 block."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..experiments.records import SUMMARY, rebuild_summary
-from ..experiments.tables import summary_table, write_into_readme
+from lab.records import SUMMARY, rebuild_summary
+from lab.tables import summary_table, write_into_readme
 
 HELP = "render benchmarks/results/summary.json as markdown tables"
 
@@ -27,7 +27,7 @@ def run(parser, args) -> None:
         parser.error(f"{args.path} does not exist")
     records = rebuild_summary(args.path) if args.rebuild else json.loads(args.path.read_text())
     if args.plot:
-        from ..experiments.plots import plot_summary
+        from lab.plots import plot_summary
 
         plot_summary(records, args.plot)
     text = summary_table(records, args.experiments)

@@ -1,5 +1,5 @@
-"""`rift-hf replay`: the records of `compare` (AL, retention and its spread, rescorings, peak KV) measured by exact
-replay of cached target outputs (`rift_hf.replay`), resumable row by row."""
+"""`python -m lab replay`: the records of `compare` (AL, retention and its spread, rescorings, peak KV) measured by
+exact replay of cached target outputs (`rift_hf.replay`), resumable row by row."""
 
 from __future__ import annotations
 
@@ -10,19 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..attention import use_rift_attention
-from ..config import RiftConfig
-from ..prefill import load_prefill_file, prefill_folder
-from ..replay import (
-    cached_target_output,
-    capture_prefill,
-    load_target_output,
-    replay,
-    save_target_output,
-    target_output,
-    target_output_path,
-)
-from .records import (
+from lab.records import (
     TARGETS,
     Experiment,
     check_resumable,
@@ -33,7 +21,19 @@ from .records import (
     summarise,
     update_summary,
 )
-from .tables import markdown_table
+from lab.tables import markdown_table
+from rift_hf.attention import use_rift_attention
+from rift_hf.config import RiftConfig
+from rift_hf.prefill import load_prefill_file, prefill_folder
+from rift_hf.replay import (
+    cached_target_output,
+    capture_prefill,
+    load_target_output,
+    replay,
+    save_target_output,
+    target_output,
+    target_output_path,
+)
 
 
 def replay_models(preset: str, dtype: str = "float32") -> tuple:
@@ -42,13 +42,13 @@ def replay_models(preset: str, dtype: str = "float32") -> tuple:
     tokenizer, the target left unloaded (it loads only if a target output is missing); other presets (tiny-random)
     load both in `dtype`.
     """
-    from ..models import PRESETS, load_model, load_preset
+    from rift_hf.models import PRESETS, load_model, load_preset
 
     if preset not in PRESETS:
         return load_preset(preset, dtype=getattr(torch, dtype))
     from transformers import AutoTokenizer
 
-    from ..models import ensure_local
+    from rift_hf.models import ensure_local
 
     target_spec, draft_spec = PRESETS[preset]
     return None, load_model(draft_spec, getattr(torch, dtype)), AutoTokenizer.from_pretrained(ensure_local(target_spec))
@@ -68,7 +68,7 @@ def replay_compare(
     prefills: Path | None = None,
 ) -> list[dict]:
     """
-    `rift-hf compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) of the experiment's
+    `python -m lab compare`'s records (AL, retention and its per-prompt spread, rescorings, peak KV) of the experiment's
     policies at each compression, measured by replay.
 
     Target outputs are read from (or computed once into) `targets_dir`, keyed by preset, prompt, length and dtype.
@@ -85,8 +85,8 @@ def replay_compare(
     """
     from tqdm.auto import tqdm
 
-    from ..models import PRESETS, fix_draft_length, load_model
-    from ..prompts import describe_sources
+    from rift_hf.models import PRESETS, fix_draft_length, load_model
+    from rift_hf.prompts import describe_sources
 
     preset, policies, new_tokens, budget_tokens = (
         experiment.preset, experiment.policies, experiment.new_tokens, experiment.budget_tokens

@@ -1,4 +1,4 @@
-"""`rift-hf card`: (re)write the model card of a trained drafter from its `eval.json`; `write_cards` is also how
+"""`python -m lab card`: (re)write the model card of a trained drafter from its `eval.json`; `write_cards` is also how
 `train` and `train-head` publish theirs."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from ..experiments.tables import write_into_readme
-from ..models import PRESETS
+from lab.tables import write_into_readme
+from rift_hf.models import PRESETS
 
 HELP = "(re)write the model card of a trained drafter from its eval.json"
 TRAINED = Path.home() / ".cache" / "rift-hf" / "trained" / "qwen-coder-rift"
@@ -23,14 +23,14 @@ def add_arguments(parser) -> None:
 
 def run(parser, args) -> None:
     if not (args.out / "eval.json").is_file():
-        parser.error(f"{args.out} has no eval.json: run `rift-hf train --out {args.out}` first")
+        parser.error(f"{args.out} has no eval.json: run `python -m lab train --out {args.out}` first")
     write_cards(args.preset, args.out, args.card_dir, args.repo_id)
 
 
 def write_cards(preset: str, out: Path, card_dir: Path, repo_id: str | None = None) -> None:
     """The card into the Hub-ready folder (`out/model`) and into the repo's `model_cards/<name>/`; then every card's
     results into docs/training.md and this one's headline into the README, where they have a block."""
-    from ..training.card import write_card
+    from rift_hf.training.card import write_card
 
     target_spec, draft_spec = PRESETS[preset]
     result = json.loads((out / "eval.json").read_text())
@@ -59,6 +59,6 @@ def write_cards(preset: str, out: Path, card_dir: Path, repo_id: str | None = No
         write_into_readme("\n".join(blocks), page, "training")
     readme = Path("README.md")
     if readme.exists() and "<!-- training-headline:start -->" in readme.read_text():
-        from ..training.card import headline
+        from rift_hf.training.card import headline
 
         write_into_readme(headline(result, name) + "\n", readme, "training-headline")

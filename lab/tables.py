@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from ..prompts import TASKS
-from .records import column_mean, staleness
+from lab.records import column_mean, staleness
+from rift_hf.prompts import TASKS
 
 
 def pipe_table(headers: list[str], rows: list[list]) -> str:
@@ -204,7 +204,7 @@ def staleness_rows(run_dir: Path, policies: list[str] | None = None, bucket: int
     generated tokens. Where the regime has `full` rows, `retention_early` / `retention_late` divide each half's AL by
     the full cache's AL in the same half.
     """
-    from .plots import al_by_position
+    from lab.plots import al_by_position
 
     out = []
     for size, rows in _replay_rows(run_dir):
