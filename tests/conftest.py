@@ -16,10 +16,10 @@ import rift_hf  # noqa: E402,F401  (registers the "rift" names)
 
 @pytest.fixture(autouse=True)
 def _deterministic():
-    from rift_hf.generation import candidate
+    from rift_hf.generation import rounds
 
-    candidate._LEARNT.clear()  # draft-length costs learnt by one test must not steer the next
-    candidate._PAYOFFS.clear()
+    rounds._LEARNT.clear()  # draft-length costs learnt by one test must not steer the next
+    rounds._PAYOFFS.clear()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     yield

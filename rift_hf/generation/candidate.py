@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import weakref
 
 import torch
 from transformers.generation.candidate_generator import (
@@ -14,17 +13,14 @@ from transformers.generation.candidate_generator import (
     _prepare_position_ids,
     _prepare_token_type_ids,
 )
-from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
 
 from .._compat import CACHE
 from ..attention import use_rift_attention
 from ..cache import RiftCache
-from ..cache.reading import chunk_plan, read_prompt
+from ..cache.reading import read_prompt
 from ..config import RiftConfig
-from ..prefill import load_prefill
 from .compiled import CompiledDrafting
-from .draft_length import DraftLength
-from .payoff import Payoff
+from .rounds import DraftPlan
 from .stateful import VerifierCache
 from .stats import RiftStats
 
@@ -37,19 +33,6 @@ def draft_entropy(logits: torch.Tensor) -> list[float]:
     (`entr(0) = 0`; `p * log p` would make the whole entropy nan).
     """
     return torch.special.entr(torch.softmax(logits.float(), -1)).sum(-1).tolist()
-
-
-# target -> {drafter: the last call's DraftLength}: what the cost-aware draft length learnt, for the next call.
-_LEARNT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# target -> {drafter: the last call's Payoff}: what the step-aside rule learnt of the drafter's prompt pass.
-_PAYOFFS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _acceptance_seen(controller: DraftLength | None) -> tuple[float, float]:
-    """`(accepted, weighed)` over the draft positions a call's controller observed (decayed counts; 0, 0 before it
-    drafted)."""
-    seen = [] if controller is None else controller.accepted
-    return sum(a for a, _ in seen), sum(w for _, w in seen)
 
 
 def idle_runs(correct: list[bool]) -> list[tuple[int, int]]:
@@ -147,62 +130,26 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         # drafting round's input plus its accepted drafts; entries past it hold rejected drafts.
         self._verified_upto: int | None = None
         self._round_start = 0
-        # The cost-aware draft length (`draft_length="auto"`): at most the drafter's `num_assistant_tokens`.
-        self.draft_length = None
-        # With it, the step-aside rule (`payoff.py`): the first two rounds time the target alone, then the call
-        # either drafts or leaves the target to decode alone (`stepped_aside`).
-        self.payoff: Payoff | None = None
-        self.target, self.stepped_aside, self._learnt_acceptance = target, False, (0.0, 0.0)
-        self._drafted_before = False  # a round of this call drafted (its first read the prompt)
-        if self.rift_config.draft_length == "auto":
-            longest = max(1, int(self.num_assistant_tokens))
-            learnt = None if target is None else _LEARNT.get(target, {}).get(assistant_model)
-            self._learnt_acceptance = _acceptance_seen(learnt)
-            if learnt is not None and learnt.max_length == longest:
-                self.draft_length = learnt.resume()
-            else:
-                self.draft_length = DraftLength(max_length=longest)
-            if target is not None:
-                _LEARNT.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.draft_length
-            if target is not None and self.rift_config.step_aside:
-                earlier = _PAYOFFS.get(target, {}).get(assistant_model)
-                self.payoff = earlier.resume() if earlier is not None else Payoff()
-                _PAYOFFS.setdefault(target, weakref.WeakKeyDictionary())[assistant_model] = self.payoff
+        # What each round drafts (`rounds.py`): the cost-aware length (`draft_length="auto"`, at most the drafter's
+        # `num_assistant_tokens`) and the step-aside rule, or the drafter's own schedule.
+        self.target = target
+        self.plan = DraftPlan.for_call(
+            self.rift_config, target, assistant_model, max(1, int(self.num_assistant_tokens))
+        )
+        self.draft_length = self.plan.draft_length
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
-        # A recorded prompt forward (`generate_from`): the cache starts from it and the first draft comes from its
-        # logits, so the run equals one that computed the prompt itself.
-        self._first_logits = None
-        from .decode import DRAFT_PREFILL
-
-        prefill = DRAFT_PREFILL.get()
-        if prefill is not None and chunk_plan(self.cache, input_ids.shape[-1], input_ids.shape[-1] - 1):
-            prefill = None  # a recorded prompt forward is a whole pass: this policy reads the prompt in chunks itself
-        if prefill is not None:
-            scored = self.rift_config.is_scored or self.rift_config.track_attention_mass
-            if scored and not prefill.serves(assistant_model, self.rift_config.window):
-                raise ValueError(
-                    f"The drafter's recorded prompt forward ran on the {prefill.backend!r} attention backend with "
-                    f"{min(q.shape[2] for q, _, _ in prefill.queries.values()) if prefill.queries else 0} queries, "
-                    f"but policy {self.rift_config.policy!r} runs on {assistant_model.config._attn_implementation!r} "
-                    f"with window {self.rift_config.window}; compute the prompt cache with window >= "
-                    f"{self.rift_config.window} (PromptCache.compute switches the drafter to 'rift')."
-                )
-            tick = time.perf_counter()
-            load_prefill(self.cache, prefill)
-            self.stats.prompt_load_seconds = time.perf_counter() - tick
-            self._first_logits = prefill.logits
-            self.payoff = None  # the drafter's prompt pass is recorded, already paid: nothing to repay
 
     def get_candidates(self, input_ids, **kwargs):
-        if (self.payoff is not None and not self.payoff.ready) or self.stepped_aside:
-            self.num_assistant_tokens = 0  # timing the target alone, or stepped aside for the rest of the call
-        elif self.payoff is not None and self.payoff.estimate is None and not self._speculate(input_ids):
-            self.stepped_aside = self.stats.stepped_aside = True
-            self.num_assistant_tokens = 0
-        elif self.draft_length is not None:
-            self.num_assistant_tokens = self.draft_length.choose()
+        prompt_tokens = input_ids.shape[-1]
+        new_tokens = max(0, self.main_model_max_length - prompt_tokens)
+        length = self.plan.length(self.target, self.assistant_model, self.rift_config, prompt_tokens, new_tokens)
+        if length is not None:
+            self.num_assistant_tokens = length
+        self.stats.stepped_aside = self.plan.stepped_aside
+        if self.plan.payoff is not None:
+            self.stats.payoff = self.plan.payoff.estimate
         self._round_start = input_ids.shape[-1]
         candidates = super().get_candidates(input_ids, **kwargs)
         self._candidates_at = time.perf_counter()  # the target's side of the round starts here
@@ -212,16 +159,15 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         """Crop the drafter's cache to all but the last two tokens and extend its inputs, as transformers 5.23 does
         (5.25 keeps one more token and skips the crop when every draft was accepted; each crop is where the cache
         commits, and replay mirrors this loop, so it is the same on every version)."""
-        if self._first_logits is None:  # after a recorded prompt forward the cache holds exactly the prompt
-            keep = input_ids.shape[-1] - 2
-            if self._verified_upto is not None:
-                # After rounds without drafting (`draft_length="auto"`) all but the last two tokens reach past the
-                # last drafting round, whose rejected drafts would otherwise stay in the cache: crop to its verified
-                # tokens, and the drafter re-feeds what the target emitted alone.
-                keep = min(keep, self._verified_upto)
-            remove = self.cache.get_seq_length() - keep
-            if remove >= 0:
-                self.cache.crop(-remove)
+        keep = input_ids.shape[-1] - 2
+        if self._verified_upto is not None:
+            # After rounds without drafting (`draft_length="auto"`) all but the last two tokens reach past the last
+            # drafting round, whose rejected drafts would otherwise stay in the cache: crop to its verified tokens,
+            # and the drafter re-feeds what the target emitted alone.
+            keep = min(keep, self._verified_upto)
+        remove = self.cache.get_seq_length() - keep
+        if remove >= 0:
+            self.cache.crop(-remove)
         self._extend_inputs(input_ids.shape[-1])
         return True
 
@@ -233,38 +179,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.assistant_kwargs = _prepare_position_ids(self.assistant_kwargs, length, encoder_decoder)
         self.assistant_kwargs = _prepare_token_type_ids(self.assistant_kwargs, length)
 
-    def _draft_from_prefill(self, generation_args: dict):
-        """The first round after a recorded prompt forward: the first draft is the argmax of its logits under the
-        processors the drafter's own `generate` would apply; the drafter's `generate` continues from there."""
-        ids = generation_args[self.input_ids_key]
-        logits, self._first_logits = self._first_logits.to(ids.device).float(), None
-        minimum, maximum = generation_args["min_new_tokens"], generation_args["max_new_tokens"]
-        scores = logits
-        for processor in self.logits_processor:
-            scores = processor(ids, scores)
-        eos = self.generation_config.eos_token_id
-        eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        if minimum > 0 and eos:
-            scores = MinNewTokensLengthLogitsProcessor(ids.shape[1], minimum, eos)(ids, scores)
-        token = scores.argmax(-1, keepdim=True)
-        first_ids, first_scores = torch.cat([ids, token], dim=-1), scores[:, None]
-        threshold = self.generation_config.assistant_confidence_threshold
-        confident = not threshold or float(scores.softmax(-1)[0, token[0, 0]]) >= threshold
-        if maximum == 1 or int(token) in eos or not confident:
-            return first_ids, first_scores
-        self._extend_inputs(first_ids.shape[1])
-        rest = {
-            **generation_args,
-            self.input_ids_key: first_ids,
-            "min_new_tokens": max(0, minimum - 1),
-            "max_new_tokens": maximum - 1,
-        }
-        candidate_ids, candidate_logits = super()._generate_candidates(rest)
-        return candidate_ids, torch.cat([first_scores.to(candidate_logits.dtype), candidate_logits], dim=1)
-
     def _generate_candidates(self, generation_args: dict):
         device = self.assistant_model.device
-        if self._first_logits is None and self.cache.get_seq_length() == 0:
+        if self.cache.get_seq_length() == 0:
             self._read_prompt(generation_args[self.input_ids_key])
         _sync(device)
         tick = time.perf_counter()
@@ -280,10 +197,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             hooks = (*hooks, self.assistant_model.register_forward_hook(lambda _m, _a, out: refed.append(out.logits)))
         try:
             with self.compiled or contextlib.nullcontext():
-                if self._first_logits is not None:
-                    candidate_ids, candidate_logits = self._draft_from_prefill(generation_args)
-                else:
-                    candidate_ids, candidate_logits = super()._generate_candidates(generation_args)
+                candidate_ids, candidate_logits = self._draft(generation_args)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -315,6 +229,10 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         }
         return candidate_ids, candidate_logits
 
+    def _draft(self, generation_args: dict):
+        """This round's drafts: the drafter's own `generate` over its compressed cache."""
+        return super()._generate_candidates(generation_args)
+
     def _read_prompt(self, ids: torch.Tensor) -> None:
         """A chunked prompt pass (`prompt_chunk`): all but the prompt's last token read into the cache in chunks (the
         drafter's own `generate` then feeds that one and drafts); nothing when the policy reads it in one forward."""
@@ -331,28 +249,12 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         if (
             self.draft_length is None
             or self.draft_length.missed == 0
-            or self._first_logits is not None
             or self.generation_config.do_sample
             or not self.assistant_model._supports_logits_to_keep()
         ):
             return 0
         fed = generation_args[self.input_ids_key].shape[-1] - self.cache.get_seq_length()
         return max(0, min(self.draft_length.missed, fed - 1, 16))
-
-    def _speculate(self, input_ids) -> bool:
-        """The step-aside rule's decision (`Payoff.decide`), once the first two rounds timed the target alone."""
-        go = self.payoff.decide(
-            self.target,
-            self.assistant_model,
-            prompt_tokens=input_ids.shape[-1],
-            new_tokens=max(0, self.main_model_max_length - input_ids.shape[-1]),
-            max_length=self.draft_length.max_length,
-            seen=self._learnt_acceptance,
-            config=self.rift_config,
-            measured=self.draft_length,
-        )
-        self.stats.payoff = self.payoff.estimate
-        return go
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         super().update_candidate_strategy(input_ids, scores, num_matches)
@@ -363,26 +265,13 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         pending = self._pending or {"drafted": 0, "draft_seconds": 0.0, "entropy": [], "forwards": []}
         verify = None if self._candidates_at is None else time.perf_counter() - self._candidates_at
         accepted = int(num_matches)
-        reason = None
-        if self.payoff is not None and (not self.payoff.ready or self.stepped_aside):
-            # The step-aside rule's rounds: the target alone, timed before the decision, then for good.
-            reason = "stepped aside" if self.stepped_aside else "target first"
-            if not self.payoff.ready:
-                self.payoff.observe_target(verify or 0.0)
-        elif self.draft_length is not None:
-            reason = self.draft_length.chosen[-1][1]
-            if self.payoff is not None and pending["drafted"] and not self._drafted_before:
-                # The call's first drafting round: its first forward read the prompt (with what a chunked pass read
-                # before it), what the rule estimated.
-                first = pending["forwards"][0] if pending["forwards"] else 0.0
-                self.payoff.learn_pass((self.stats.prompt_read_seconds or 0.0) + first)
-            self.draft_length.observe(
-                pending["drafted"], accepted, pending["draft_seconds"], verify, pending["forwards"]
-            )
+        reason = self.plan.observe(
+            pending["drafted"], accepted, pending["draft_seconds"], verify, pending["forwards"],
+            self.stats.prompt_read_seconds or 0.0,
+        )  # fmt: skip
         self.stats.record_round(
             self.cache, pending["drafted"], accepted, pending["draft_seconds"], pending["entropy"], verify, reason
         )
-        self._drafted_before = self._drafted_before or bool(pending["drafted"])
         self._pending = None
         if self.draft_length is not None:
             # The next round's length is chosen afresh; between rounds (and after the call, when transformers writes a

@@ -27,6 +27,7 @@ from ..config import RiftConfig
 from ..prefill import load_prefill
 from .candidate import RiftCandidateGenerator
 from .decode import DRAFT_PREFILL
+from .recorded import RecordedPromptGenerator
 from .stateful import VerifierCache, needs_verifier, verifier_cache
 from .stats import RiftStats
 
@@ -242,16 +243,21 @@ def _get_candidate_generator(
             "`tokenizer=` and `assistant_tokenizer=` to generate for a cross-tokenizer drafter, or pick a drafter of "
             "the same family."
         )
-    generator = RiftCandidateGenerator(
-        input_ids=input_ids,
-        assistant_model=assistant_model,
-        generation_config=generation_config,
-        model_kwargs=model_kwargs,
-        inputs_tensor=inputs_tensor,
-        logits_processor=logits_processor,
-        rift_config=rift_config_of(generation_config, self),
-        target=self,
-    )
+    arguments = {
+        "input_ids": input_ids,
+        "assistant_model": assistant_model,
+        "generation_config": generation_config,
+        "model_kwargs": model_kwargs,
+        "inputs_tensor": inputs_tensor,
+        "logits_processor": logits_processor,
+        "rift_config": rift_config_of(generation_config, self),
+        "target": self,
+    }
+    prefill = DRAFT_PREFILL.get()  # `generate_from`: the drafter's recorded prompt forward
+    if prefill is None:
+        generator = RiftCandidateGenerator(**arguments)
+    else:
+        generator = RecordedPromptGenerator(**arguments, prefill=prefill)
     _set_stats(self, generator.stats)
     return generator
 
