@@ -16,6 +16,15 @@ feeds its `k + 1`-th drafted token, from the newest `score_queries` verified que
 ceiling that scores each round with its own future queries keeps all of the full cache's AL on generation,
 docs/results/held-out.md): only the selection's rows of the working set are swapped (`RiftStoreLayer.reselect`), over
 the pages summarised at the commit, so the drafted rows stay in flight and can still be rolled back.
+
+`RiftConfig` fields read here:
+
+- score_queries (`int`, defaults to 1): for `page-round`, how many of the newest verified queries score the
+  pages at a refresh (each page's attention share averaged over them; at most `window`).
+- rechoose_after (`int`, *optional*): for `page-round`, choose the pages once more inside a drafting round,
+  after this many drafted tokens, scored with the round's queries so far (the newest `score_queries`
+  verified ones and the drafted ones); only the selection's rows are swapped (0: once per round only);
+  defaults to the policy's own (2 for `page-round`, 0 otherwise).
 """
 
 from __future__ import annotations

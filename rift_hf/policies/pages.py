@@ -1,5 +1,14 @@
 """What the page policies share: a budget laid out in whole pages of `block_size` tokens (`WholePages`), a page's
-summary by its midrange key (`midrange`), and the score of every page for every query head (`page_scores`)."""
+summary by its midrange key (`midrange`), and the score of every page for every query head (`page_scores`).
+
+`RiftConfig` fields read here:
+
+- block_size (`int`, *optional*): block length of `rift-stat-block`, page length of `page-ahead` and
+  `page-retrieval`; defaults to the policy's own (8 for `page-retrieval`, 16 otherwise).
+- pages_ahead (`int`, *optional*): for `page-ahead` and `page-round`, how many following pages a chosen page
+  brings with it (copying reads forward); defaults to the policy's own (1 for `page-ahead`, 2 for
+  `page-round`, 0 otherwise).
+"""
 
 from __future__ import annotations
 

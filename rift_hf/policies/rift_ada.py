@@ -1,4 +1,10 @@
-"""rift-ada: rift-dyn rescoring on signals (acceptance, entropy, query drift), within [a_min, a_max] tokens."""
+"""rift-ada: rift-dyn rescoring on signals (acceptance, entropy, query drift), within [a_min, a_max] tokens.
+
+`RiftConfig` fields read here:
+
+- check_interval, a_min, a_max, al_alpha, al_threshold, entropy_threshold, drift_threshold:
+  the `rift-ada` schedule; a threshold of `None` disables that signal.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""rift-dyn: keeps the full store and re-selects from every token with the last `window` queries every `delta`."""
+"""rift-dyn: keeps the full store and re-selects from every token with the last `window` queries every `delta`.
+
+`RiftConfig` fields read here:
+
+- delta (`int`, defaults to 128): committed tokens between two rescorings of `rift-dyn`.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,13 @@
-"""Scorers: how important each cached position is, from the latest queries."""
+"""Scorers: how important each cached position is, from the latest queries.
+
+`RiftConfig` fields read here:
+
+- pool (`str`, defaults to `"avg"`) and pool_kernel (`int`, defaults to 5): 1-D pooling of the scores.
+- tokens_ahead (`int`, defaults to 0): for policies that select tokens by score (snapkv, rift-stat,
+  rift-stat-block, rift-dyn, rift-ada, page-ahead), each position's score is raised to the highest among
+  it and the `tokens_ahead` positions before it, so a chosen token brings the ones after it (copying reads
+  forward; `pages_ahead` is the page-level counterpart).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""snapkv: one selection of the prompt by its last `window` queries (SnapKV); the window then slides."""
+"""snapkv: one selection of the prompt by its last `window` queries (SnapKV); the window then slides.
+
+`RiftConfig` fields read here:
+
+- snapkv_grow (`bool`, defaults to `False`): original SnapKV, which appends every generated token instead of
+  rolling a window (the budget then only bounds the prompt part).
+"""
 
 from __future__ import annotations
 
