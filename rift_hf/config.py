@@ -142,8 +142,8 @@ class RiftConfig(ConfigFiles):
 
     ```python
     >>> from rift_hf import RiftConfig
-    >>> RiftConfig(policy="rift-dyn", budget=0.25, delta=128).recent_tokens(1024)
-    128
+    >>> RiftConfig(policy="rift-dyn", budget=0.25, delta=128).recent_tokens(1024)  # rho 0.5 of a 1,024-token budget
+    512
     ```
     """
 
