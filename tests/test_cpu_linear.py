@@ -113,9 +113,9 @@ def test_bad_arguments_are_refused_with_the_fix():
 
 
 def test_compare_records_weight_major_linear_and_refuses_unknown_ones(tmp_path):
+    from lab import cli
     from lab.compare import compare
     from lab.records import Experiment
-    from rift_hf import cli
 
     out = tmp_path / "cmp"
     cli.main(

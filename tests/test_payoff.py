@@ -1,5 +1,7 @@
 """The step-aside rule: the default drafts only where speculation can repay the drafter's prompt pass."""
 
+import time
+
 import pytest
 import torch
 
@@ -24,15 +26,19 @@ def _forwards(model):
 def test_a_long_prompt_and_a_short_answer_leave_the_target_alone():
     # A drafter as large as the target, a 300-token prompt and 2 tokens left after the two timing rounds: reading the
     # prompt costs about a target prompt forward, which nothing left can repay.
+    # Every forward of either model costs 50 ms more, so that a busy machine's pauses (a few ms on a tiny model's step)
+    # cannot make the drafter look cheaper than the target.
     target, draft = draft_target_pair("llama")
     ids = make_prompt(300, seed=1)
     calls, handle = _forwards(draft)
+    slow = [model.register_forward_pre_hook(lambda *_: time.sleep(0.05)) for model in (target, draft)]
     try:
         out = target.generate(
             ids, assistant_model=draft, max_new_tokens=4, do_sample=False, cache_implementation="rift"
         )
     finally:
-        handle.remove()
+        for hook in (handle, *slow):
+            hook.remove()
     assert torch.equal(out, target.generate(ids, max_new_tokens=4, do_sample=False))
     stats = rift_hf.last_stats(target)
     assert stats.stepped_aside and not stats.payoff["speculate"] and stats.drafted == 0
