@@ -413,7 +413,7 @@ def plot(runs: list[PolicyRun]):
         middle.text(0.5, 0.5, "not measured\n(tick the attention-mass box)", ha="center", va="center", alpha=0.6)
     left.set(title="AL over generation (moving mean)", xlabel="generated tokens", ylabel="tokens per round")
     middle.set(title="Attention mass on kept positions", xlabel="position", ylabel="share", ylim=(0, 1.05))
-    right.set(title="AL against drafter KV (o working set, x + store)", xlabel="MiB", ylabel="AL")
+    right.set(title="AL against drafter KV\n(o: working set, x: with store)", xlabel="MiB", ylabel="AL")
     for axis in (left, middle, right):
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
