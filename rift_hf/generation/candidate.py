@@ -136,7 +136,6 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self.plan = DraftPlan.for_call(
             self.rift_config, target, assistant_model, max(1, int(self.num_assistant_tokens))
         )
-        self.draft_length = self.plan.draft_length
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
@@ -186,7 +185,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         _sync(device)
         tick = time.perf_counter()
         forwards, hooks = [], ()
-        if self.draft_length is not None:
+        if self.plan.draft_length is not None:
             hooks = _time_forwards(self.assistant_model, forwards)
         idle, refed = self._idle_tokens(generation_args), []
         if idle:
@@ -216,7 +215,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         _sync(device)
         if idle and refed and refed[0].shape[1] == idle + 1:
             ids = generation_args[self.input_ids_key][0, -idle:].to(refed[0].device)
-            self.draft_length.observe_idle(idle_runs((refed[0][0, :-1].argmax(-1) == ids).tolist()))
+            self.plan.draft_length.observe_idle(idle_runs((refed[0][0, :-1].argmax(-1) == ids).tolist()))
         drafted = candidate_ids.shape[1] - generation_args[self.input_ids_key].shape[1]
         if self.target_cache is not None:
             self.target_cache.pending_drafts = drafted
@@ -247,14 +246,14 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         """How many of the tokens this round's first forward re-feeds the target emitted without drafts, when the
         cost-aware length has a use for the drafter's greedy predictions there (at most 16: the newest), else 0."""
         if (
-            self.draft_length is None
-            or self.draft_length.missed == 0
+            self.plan.draft_length is None
+            or self.plan.draft_length.missed == 0
             or self.generation_config.do_sample
             or not self.assistant_model._supports_logits_to_keep()
         ):
             return 0
         fed = generation_args[self.input_ids_key].shape[-1] - self.cache.get_seq_length()
-        return max(0, min(self.draft_length.missed, fed - 1, 16))
+        return max(0, min(self.plan.draft_length.missed, fed - 1, 16))
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         super().update_candidate_strategy(input_ids, scores, num_matches)
@@ -273,7 +272,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             self.cache, pending["drafted"], accepted, pending["draft_seconds"], pending["entropy"], verify, reason
         )
         self._pending = None
-        if self.draft_length is not None:
+        if self.plan.draft_length is not None:
             # The next round's length is chosen afresh; between rounds (and after the call, when transformers writes a
             # heuristic schedule's length back into the drafter's generation config) it reads as the longest.
-            self.num_assistant_tokens = self.draft_length.max_length
+            self.num_assistant_tokens = self.plan.draft_length.max_length

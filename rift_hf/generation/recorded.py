@@ -47,13 +47,6 @@ class RecordedPromptGenerator(RiftCandidateGenerator):
             return True
         return super()._update_past_and_masks(input_ids, *args, **kwargs)
 
-    def _idle_tokens(self, generation_args: dict) -> int:
-        return 0 if self._first_logits is not None else super()._idle_tokens(generation_args)
-
-    def _read_prompt(self, ids: torch.Tensor) -> None:
-        if self._first_logits is None:
-            super()._read_prompt(ids)
-
     def _draft(self, generation_args: dict):
         return (
             self._draft_from_prefill(generation_args)
