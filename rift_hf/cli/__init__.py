@@ -1,6 +1,7 @@
-"""`rift-hf` command line. One module per subcommand (`rift_hf/cli/<command>.py`: its `HELP`, `add_arguments(parser)`
-and `run(parser, args)`), what several of them parse alike in `arguments`; the runners, tables and plots they call
-live in `lab`. `demo` parses its own arguments (`rift_hf.demo.app`)."""
+"""`rift-hf` command line: what a user runs with the installed package. One module per subcommand
+(`rift_hf/cli/<command>.py`: its `HELP`, `add_arguments(parser)` and `run(parser, args)`); `demo` parses its own
+arguments (`rift_hf.demo.app`). The lab's commands (`LAB_COMMANDS`: the runners, recipes, tables and plots behind our
+records) run from a clone as `python -m lab <command>` (`lab/cli`), through the same `run` with more commands."""
 
 from __future__ import annotations
 
