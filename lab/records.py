@@ -172,6 +172,29 @@ def record_json(record) -> str:
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
+def rows_reference(runs: list[dict]) -> dict:
+    """What a replay folder's `compare.json` keeps in place of its per-prompt rows, which are already in the
+    `rows.jsonl` beside it (the resume log): the prompts and policies, in order, and each row's retention as
+    `summarise` gave it (`read_compare` reads them back)."""
+    prompts, policies = list(dict.fromkeys(r["prompt"] for r in runs)), list(dict.fromkeys(r["policy"] for r in runs))
+    if [(r["prompt"], r["policy"]) for r in runs] != [(p, q) for p in prompts for q in policies]:
+        raise ValueError("A replay's rows must hold every policy for every prompt, prompt by prompt.")
+    return {"rows": "rows.jsonl", "prompts": prompts, "policies": policies, "retention": [r.get("retention") for r in runs]}
+
+
+def read_compare(path: Path) -> dict:
+    """A `compare.json` with its per-prompt rows in `runs`: a replay folder's are read from its `rows.jsonl` (the last
+    row written for each prompt and policy, as a resumed run takes it), in the order its `runs` reference names."""
+    result = json.loads(Path(path).read_text())
+    ref = result.get("runs")
+    if isinstance(ref, dict):
+        rows_path = Path(path).parent / ref["rows"]
+        rows = {(r["prompt"], r["policy"]): r for r in map(json.loads, rows_path.read_text().splitlines())}
+        keys = [(prompt, policy) for prompt in ref["prompts"] for policy in ref["policies"]]
+        result["runs"] = [{**rows[key], "retention": ratio} for key, ratio in zip(keys, ref["retention"], strict=True)]
+    return result
+
+
 def write_record(out: Path, name: str, record: dict, table: str) -> None:
     """A benchmark's record as `<out>/<name>.json` and its table as `<out>/<name>.md` (the folder made first); prints
     the table."""
@@ -407,6 +430,6 @@ def update_summary(result: dict, experiment: str, path: Path) -> None:
 def rebuild_summary(path: Path) -> list[dict]:
     """Re-derive every record of `summary.json` from the `compare.json` files under its folder (order kept)."""
     for result_path in sorted(path.parent.rglob("compare.json")):
-        result = json.loads(result_path.read_text())
+        result = read_compare(result_path)
         update_summary(result, result.get("experiment", "main"), path)
     return json.loads(path.read_text())

@@ -15,8 +15,10 @@ from lab.records import (
     Experiment,
     check_resumable,
     machine,
+    read_compare,
     record_json,
     row_settings,
+    rows_reference,
     stats_row,
     summarise,
     update_summary,
@@ -180,7 +182,7 @@ def replay_compare(
         if compression not in added and (run_dir / "compare.json").is_file():
             # Nothing new: the folder's own compare.json stands if it holds every row asked for (re-rendering it would
             # stamp its rows with this run's machine and date).
-            existing = json.loads((run_dir / "compare.json").read_text())
+            existing = read_compare(run_dir / "compare.json")
             if {(p.name, q) for p in prompts for q in policies} <= {
                 (r["prompt"], r["policy"]) for r in existing["runs"]
             }:
@@ -206,7 +208,7 @@ def replay_compare(
             "summary": summarise(runs, kept),
             "runs": runs,
         }
-        (run_dir / "compare.json").write_text(record_json(result))
+        (run_dir / "compare.json").write_text(record_json({**result, "runs": rows_reference(runs)}))
         (run_dir / "compare.md").write_text(markdown_table(result))
         if summary_path is not None:
             update_summary(result, experiment.name, summary_path)

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from benchmarks import kernels as kernel_bench
+from lab.records import read_compare
 from tiny import squeeze
 
 
@@ -83,7 +84,7 @@ def test_experiments_by_replay_write_replay_records(tmp_path):
     assert any(r["policy"].startswith("rift-ada") for r in records)
     folder = tmp_path / "E5" / "tiny-random"
     assert (folder / "thresholds-replay-96in-24tok-1per-task.json").is_file()
-    calibration = json.loads((folder / "replay-calibration-96in-24tok-1per-task" / "4x" / "compare.json").read_text())
+    calibration = read_compare(folder / "replay-calibration-96in-24tok-1per-task" / "4x" / "compare.json")
     assert calibration["method"] == "replay" and calibration["tasks"] == ["continue"]
     assert experiments.calibration_events(calibration), "rift-dyn's rescorings feed the calibration"
     assert (tmp_path / "E1" / "tiny-random" / "replay-96in-24tok-1per-task" / "4x" / "rows.jsonl").is_file()
@@ -91,7 +92,7 @@ def test_experiments_by_replay_write_replay_records(tmp_path):
     # E3 by replay: one folder per input length, the same budget in tokens in each.
     experiments.main(["E3", *argv])
     e3 = sorted((tmp_path / "E3" / "tiny-random").glob("replay-fixed-budget-*/12tok/compare.json"))
-    results = [json.loads(path.read_text()) for path in e3]
+    results = [read_compare(path) for path in e3]
     assert sorted(r["input_tokens"] for r in results) == [24, 48, 96, 192]
     assert all(r["budget_tokens"] == 12 and r["compression"] is None and r["new_tokens"] == 12 for r in results)
     assert all(run["budget"] == 12 for r in results for run in r["runs"] if run["policy"] != "full")

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rift_hf
+from lab.records import read_compare
 from rift_hf import POLICIES
 from rift_hf.config import RiftConfig, policy_settings
 from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
@@ -226,9 +227,11 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
         str(tmp_path / "summary.json"),
     ]
     main(argv)
-    result = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    result = read_compare(tmp_path / "out" / "4x" / "compare.json")
     assert result["method"] == "replay" and [s["policy"] for s in result["summary"]] == ["full", "snapkv", "rift-dyn"]
     assert len(result["runs"]) == 6 and all(r["output_tokens"] == 24 for r in result["runs"])
+    # The per-prompt rows are kept once, in rows.jsonl: compare.json names them.
+    assert json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())["runs"]["rows"] == "rows.jsonl"
     records = json.loads((tmp_path / "summary.json").read_text())
     assert {r["method"] for r in records} == {"replay"} and len(records) == 3
     assert len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
@@ -239,11 +242,11 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     stamped.write_text(json.dumps({**result, "machine": "the machine that replayed the rows"}))
     main(argv)
     assert (tmp_path / "out" / "4x" / "rows.jsonl").read_text().splitlines() == rows
-    again = json.loads(stamped.read_text())
+    again = read_compare(stamped)
     assert again["summary"] == result["summary"] and again["machine"] == "the machine that replayed the rows"
     # Continuing the folder with fewer policies keeps the others (every prompt replayed) in compare.json.
     main([a if a != "snapkv,rift-dyn" else "snapkv" for a in argv])
-    fewer = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    fewer = read_compare(tmp_path / "out" / "4x" / "compare.json")
     assert fewer["summary"] == result["summary"] and len(fewer["runs"]) == 6
     # Every row names what its label meant; a row written with other settings is refused, not resumed as this one.
     held = [json.loads(line) for line in rows]
@@ -258,12 +261,12 @@ def test_replay_cli_writes_records_and_resumes(tmp_path):
     # Two prompts per task asked, one cached per task: --cached-only replays those and leaves the others out.
     wider = [a if a != "1" else "2" for a in argv] + ["--cached-only"]
     main(wider)
-    result = json.loads((tmp_path / "out" / "4x" / "compare.json").read_text())
+    result = read_compare(tmp_path / "out" / "4x" / "compare.json")
     assert result["prompts"] == 2 and len(list((tmp_path / "targets" / "tiny-random").glob("*.json"))) == 2
     # Measurement mode: every compressed row records the attention mass it keeps, and summary.json its staleness.
     measured = [a if a != str(tmp_path / "out") else str(tmp_path / "mass") for a in argv] + ["--attention-mass"]
     main(measured)
-    result = json.loads((tmp_path / "mass" / "4x" / "compare.json").read_text())
+    result = read_compare(tmp_path / "mass" / "4x" / "compare.json")
     assert result["extra"] == {"track_attention_mass": True}
     assert all(r["attention_mass"] for r in result["runs"] if r["policy"] != "full")
     records = json.loads((tmp_path / "summary.json").read_text())
@@ -348,7 +351,7 @@ def test_replay_cli_on_your_own_prompts(tmp_path):
         + ["--per-task", "1", "--window", "8", "--sources", str(prompts), "--targets", str(tmp_path / "targets")]
         + ["--out", str(out), "--summary", str(tmp_path / "summary.json")]
     )
-    result = json.loads((out / "4x" / "compare.json").read_text())
+    result = read_compare(out / "4x" / "compare.json")
     assert result["sources"] == str(prompts) and result["prompts"] == 2
     assert {r["task"] for r in result["runs"]} == {"repeat", "notes"}
     readme = tmp_path / "README.md"
@@ -409,7 +412,7 @@ def test_replay_cli_with_a_budget_in_tokens(tmp_path, capsys):
     argv += [str(tmp_path / "s.json")]
     for tokens in (96, 192):
         main(argv + ["--input-tokens", str(tokens), "--out", str(tmp_path / str(tokens))])
-        result = json.loads((tmp_path / str(tokens) / "40tok" / "compare.json").read_text())
+        result = read_compare(tmp_path / str(tokens) / "40tok" / "compare.json")
         assert (result["compression"], result["budget_tokens"]) == (None, 40)
         rows = [r for r in result["runs"] if r["policy"] == "rift-stat"]
         assert len(rows) == 2 and {r["budget"] for r in rows} == {40}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from lab.cli.arguments import policy_labels
+from lab.records import read_compare
 from lab.tables import (
     estimate_table,
     markdown_table,
@@ -140,7 +141,7 @@ def _file(parser, args, path: Path) -> str:
         parser.error("--common-prompts and --by-task apply to a replay folder's retention table, not to a file")
     if path.suffix == ".jsonl":
         return rows_table([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
-    result = json.loads(path.read_text())
+    result = read_compare(path)
     if args.plot:
         from lab.plots import plot_compare
 
