@@ -7,18 +7,13 @@ field here, so a run can be reproduced from its config alone.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import numbers
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+from .budget import fit, resolve
 from .config_checks import EQUAL_BYTES_DTYPES, MAX_TOKENS, STORE_DTYPES, TOKEN_FIELDS, check, check_sizes
 from .config_files import CONFIG_NAME, ConfigFiles, confined
-from .policies import Policy, policy_class, policy_names
-from .policies.auto import Auto
-from .policies.base import _label_hint
+from .policies import Policy, policy_class, policy_fields, policy_names, policy_settings
 
 __all__ = [
     "CONFIG_NAME", "DEFAULT_CHUNK", "EQUAL_BYTES_DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "STORE_DTYPES",
@@ -34,23 +29,6 @@ POLICIES = policy_names()
 DEFAULT_CHUNK = 1024
 
 
-def policy_fields() -> set[str]:
-    """The `RiftConfig` fields some policy reads and others do not (the union of every `Policy.params`)."""
-    return {field for name in policy_names() for field in policy_class(name).params}
-
-
-def policy_settings(policy: str, fields: dict) -> dict:
-    """
-    `{"policy": policy, **fields}` without the policy-specific fields `policy` does not read: one run's settings
-    (window, delta, block size ...) applied to several policies. `RiftConfig` itself refuses such a field.
-
-    >>> policy_settings("swa", {"budget": 0.25, "window": 32, "delta": 16})
-    {'policy': 'swa', 'budget': 0.25}
-    """
-    params, specific = policy_class(policy).params, policy_fields()
-    return {"policy": policy, **{k: v for k, v in fields.items() if k in params or k not in specific}}
-
-
 @dataclass(frozen=True)
 class RiftConfig(ConfigFiles):
     """
@@ -62,13 +40,10 @@ class RiftConfig(ConfigFiles):
 
     Args:
         policy (`str`, defaults to `"auto"`):
-            A registered policy (`rift_hf.policies.policy_names()`): built in `full`, `swa`, `snapkv`, `rift-stat`,
-            `rift-stat-block`, `rift-dyn`, `rift-ada` (the paper's), `page-ahead`, `page-retrieval` and `page-round`
-            (ours: retention >= 0.93 at 4x and 8x on our pair at ~4K and ~8K inputs with a step about as cheap as
-            rift-dyn's, docs/results/e1-scale.md; `page-retrieval` keeps a little more AL at a dearer step), and
-            `auto`, the default: `page-round` below 16,384 prompt tokens, `rift-dyn` with `tokens_ahead=128` and an
-            int4 store from there on (where page-round loses AL: `rift_hf/policies/auto.py`), chosen when the cache
-            sees the prompt (`fitted`). `auto` takes only the fields both read; name a policy to set the others.
+            A registered policy (`rift_hf.policies.policy_names()`): the paper's `full`, `swa`, `snapkv`, `rift-stat`,
+            `rift-stat-block`, `rift-dyn`, `rift-ada`; ours `page-ahead`, `page-retrieval`, `page-round`
+            (docs/results/e1-scale.md); and `auto`, the default, which picks one by the prompt's length when the cache
+            sees it (`rift_hf/policies/auto.py`) and takes only the fields both of its choices read.
         budget (`int` or `float`, defaults to `0.25`):
             Past-token entries kept per layer and KV head: an `int` number of tokens, or a `float` in (0, 1) taken
             as a fraction of the prompt length (0.25 = "4x compression").
@@ -88,9 +63,7 @@ class RiftConfig(ConfigFiles):
             full-cache attention mass that falls on the retained positions (a measurement mode, slower).
         attend_in_place (`bool`, defaults to `False`): store policies with the store on the compute device and Triton
             kernels: attend the kept rows of the store in place (Triton `indexed_attention`) instead of keeping a
-            working-set copy. Saves the working set's memory; slower per step on an H200 (one program per query
-            head at decode: rift-dyn in place 4.4 ms of kernel time per drafter step, rift-stat with its working-set
-            copy 2.3 ms, 2026-11-30).
+            working-set copy. Saves the working set's memory; slower per step on an H200 (docs/kernels.md).
         store_dtype (`str`, *optional*, defaults to `"auto"`), store_group_size (`int`, defaults to 64), store_residual
             (`int`, defaults to 64): keep a store policy's full store in `int8`/`int4`/`int2` (keys per channel over
             groups of `store_group_size` tokens, values per token over groups of `store_group_size` channels), the
@@ -119,22 +92,17 @@ class RiftConfig(ConfigFiles):
             drafter's prompt pass in the tokens left (`rift_hf.generation.payoff`; `last_stats(...).stepped_aside`).
             False always drafts.
         prompt_chunk (`int`, *optional*): read the prompt into the drafter's cache in chunks of this many tokens,
-            the policy choosing its working set after each, instead of in one forward over the whole prompt
-            (`rift_hf.cache.reading`): the drafter then never holds more than its working set plus one chunk at full
-            precision, and its attention over the prompt costs time linear in the prompt. Its keys and values are
-            then approximate, which costs acceptance, never correctness. 0 reads the prompt in one forward (as
-            `page-retrieval`, which keeps every token, always does). Defaults to `DEFAULT_CHUNK` (1024, or the
-            observation window if longer) where the policy can read in chunks, and 0 with `kv_dtype` (`reading_chunk`
-            is the chunk in effect).
+            the policy choosing its working set after each (`rift_hf.cache.reading`): at most the working set plus
+            one chunk at full precision, attention time linear in the prompt, approximate keys and values (which
+            costs acceptance, never correctness). 0 reads it in one forward (`page-retrieval` always does). Defaults
+            to `DEFAULT_CHUNK` (or the window if longer), 0 with `kv_dtype`; `reading_chunk` is the chunk in effect.
         prompt_budget (`int` or `float`, *optional*): with `prompt_chunk`, the working set a store policy reads with
             (tokens, or a fraction of the prompt; at most `budget`); its real working set is chosen from the store
             once the prompt is read. Policies without a store read with `budget`. Defaults to `budget`.
         compile (`bool`, defaults to `False`): in assisted generation, draft through a `torch.compile`d one-token
-            step over the fixed-size working set (`rift_hf.generation.compiled`; inductor on a CPU, CUDA graphs on
-            a GPU); the round's first forward, commits and refreshes stay eager. For the policies whose working set
-            has a fixed size (not `full`, `page-retrieval`, `snapkv_grow`), without `kv_dtype`, `attend_in_place` or
-            `track_attention_mass`, and drafters whose every layer is full attention. The first step compiles (tens
-            of seconds); later steps, rounds and calls on the same drafter replay it.
+            step over the fixed-size working set (`rift_hf.generation.compiled`, which says where it applies;
+            inductor on a CPU, CUDA graphs on a GPU); the round's first forward, commits and refreshes stay eager.
+            The first step compiles (tens of seconds); later steps, rounds and calls on the same drafter replay it.
 
     A config is frozen once made (every field checked together); `replace(**changes)` makes a checked copy.
 
@@ -239,38 +207,14 @@ class RiftConfig(ConfigFiles):
         self.policy_object.check_budget(budget)
 
     def fitted(self, prompt_length: int) -> RiftConfig:
-        """
-        This config for a prompt of `prompt_length` tokens. A fractional budget can be smaller than the observation
-        window (or a block) on a short prompt; the window and block size then shrink to fit it (and `n_sink` to below
-        it), so the defaults work on any prompt. An int budget is checked at construction and never changed.
-        """
-        if self.policy == "auto":  # the policy for this prompt's length, with its own defaults
-            unset = {"block_size": None, "pages_ahead": None, "rechoose_after": None}  # the chosen policy's own
-            return dataclasses.replace(self, **unset, **Auto.choice(prompt_length)).fitted(prompt_length)
-        if not policy_class(self.policy).compresses or isinstance(self.budget, int):
-            return self
-        budget = self._budget_tokens(prompt_length)
-        room = max(1, budget - self.n_sink)
-        window = min(self.window, room) if self.is_scored else self.window
-        block_size = min(self.block_size, room) if "block_size" in policy_class(self.policy).params else self.block_size
-        if (window, block_size) == (self.window, self.block_size) and self.n_sink < budget:
-            return self
-        return dataclasses.replace(self, window=window, block_size=block_size, n_sink=min(self.n_sink, budget - 1))
-
-    def _budget_tokens(self, prompt_length: int) -> int:
-        return self.budget if isinstance(self.budget, int) else max(1, int(self.budget * prompt_length))
+        """This config for a prompt of `prompt_length` tokens: `auto`'s choice made, sizes shrunk to a short prompt's
+        budget (`rift_hf.budget.fit`)."""
+        return fit(self, prompt_length)
 
     def resolve_budget(self, prompt_length: int) -> int | float:
-        """The budget in tokens for a prompt of `prompt_length` tokens (validated; see `fitted` for short prompts);
-        `math.inf` for a policy that does not compress."""
-        if self.policy == "auto":
-            return self.fitted(prompt_length).resolve_budget(prompt_length)
-        policy = self.policy_object
-        if not policy.compresses:
-            return math.inf
-        budget = self._budget_tokens(prompt_length)
-        policy.check_budget(budget)
-        return policy.round_budget(budget)
+        """The budget in tokens for a prompt of `prompt_length` tokens, `math.inf` for a policy that does not compress
+        (`rift_hf.budget.resolve`)."""
+        return resolve(self, prompt_length)
 
     def effective_rho(self, budget: int) -> float:
         return self.rho if self.rho is not None else self.policy_object.default_rho(budget)
@@ -279,55 +223,7 @@ class RiftConfig(ConfigFiles):
         """R: the size of the rolling window of most recent tokens for a resolved `budget`."""
         return self.policy_object.recent_tokens(budget)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    def to_json_string(self) -> str:
-        """The config as JSON (what `save_pretrained` writes), as transformers' configs give theirs."""
-        return json.dumps(self.to_dict(), indent=2) + "\n"
-
-    def to_json_file(self, path) -> None:
-        """Write `to_json_string()` to `path` (`save_pretrained(folder)` writes `<folder>/rift_config.json`)."""
-        Path(path).write_text(self.to_json_string())
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RiftConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"Unknown RiftConfig field(s) {unknown}; valid fields: {sorted(names)}.")
-        return cls(**data)
-
-    @classmethod
-    def coerce(cls, value: RiftConfig | dict[str, Any] | str | None, folder=None) -> RiftConfig:
-        """Accept a `RiftConfig`, a dict of its fields, a preset name, or `None` (the default preset). With `folder`
-        (the model folder a dict came with, e.g. in its `generation_config.json`), a `selection_head` the dict names
-        is read from inside that folder only, as `from_pretrained` reads one (`confined`)."""
-        if value is None:
-            return cls()
-        if isinstance(value, RiftConfig):
-            return value
-        if isinstance(value, str):
-            return preset(value)
-        if isinstance(value, dict):
-            data = dict(value)
-            head = data.get("selection_head")
-            if folder is not None and isinstance(head, str) and head:
-                data["selection_head"] = str(confined(folder, head, "cache_config"))
-            return cls.from_dict(data)
-        raise TypeError(f"`cache_config` must be a RiftConfig, a dict or a preset name, got {type(value).__name__}.")
-
-
-def preset(name: str, **overrides: Any) -> RiftConfig:
-    """
-    A named preset: one per policy of the spec table, with the spec's defaults.
-
-    >>> preset("rift-dyn", budget=2048).delta
-    128
-    """
-    if name not in policy_names():
-        raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(policy_names())}.{_label_hint(name)}")
-    return RiftConfig(policy=name, **overrides)
-
-
+# A named preset (`RiftConfig.preset`): one per policy of the spec table, with the spec's defaults.
+preset = RiftConfig.preset
 PRESETS = {name: preset(name).to_dict() for name in POLICIES}

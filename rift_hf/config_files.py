@@ -3,14 +3,70 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
+
+from .policies import policy_names
+from .policies.base import _label_hint
 
 CONFIG_NAME = "rift_config.json"
 
 
 class ConfigFiles:
-    """The file and Hub side of `RiftConfig` (a mixin: `to_dict` and `from_dict` are the config's)."""
+    """The dict, file and Hub side of `RiftConfig` (a mixin for that dataclass)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json_string(self) -> str:
+        """The config as JSON (what `save_pretrained` writes), as transformers' configs give theirs."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def to_json_file(self, path) -> None:
+        """Write `to_json_string()` to `path` (`save_pretrained(folder)` writes `<folder>/rift_config.json`)."""
+        Path(path).write_text(self.to_json_string())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"Unknown RiftConfig field(s) {unknown}; valid fields: {sorted(names)}.")
+        return cls(**data)
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any):
+        """
+        A named preset: one per policy of the spec table, with the spec's defaults.
+
+        >>> from rift_hf import RiftConfig
+        >>> RiftConfig.preset("rift-dyn", budget=2048).delta
+        128
+        """
+        if name not in policy_names():
+            raise ValueError(f"Unknown preset {name!r}; choose one of {', '.join(policy_names())}.{_label_hint(name)}")
+        return cls(policy=name, **overrides)
+
+    @classmethod
+    def coerce(cls, value, folder=None):
+        """Accept a `RiftConfig`, a dict of its fields, a preset name, or `None` (the default preset). With `folder`
+        (the model folder a dict came with, e.g. in its `generation_config.json`), a `selection_head` the dict names
+        is read from inside that folder only, as `from_pretrained` reads one (`confined`)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls.preset(value)
+        if isinstance(value, dict):
+            data = dict(value)
+            head = data.get("selection_head")
+            if folder is not None and isinstance(head, str) and head:
+                data["selection_head"] = str(confined(folder, head, "cache_config"))
+            return cls.from_dict(data)
+        raise TypeError(f"`cache_config` must be a RiftConfig, a dict or a preset name, got {type(value).__name__}.")
 
     def save_pretrained(self, folder, push_to_hub: bool = False, **hub_kwargs) -> Path:
         """Write this config to `<folder>/rift_config.json`, a file plain transformers ignores (a drafter's folder

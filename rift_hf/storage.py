@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import STORE_DTYPES
+from .config_checks import STORE_DTYPES
 
 
 class Rows:

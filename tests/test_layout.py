@@ -123,3 +123,28 @@ def test_the_cache_is_one_small_class_per_mode():
     assert max(classes.values()) <= 200, classes
     for mode in (RiftSelectLayer, RiftStoreLayer, RiftRetrievalLayer):
         assert mode.__bases__ == (RiftLayer,)  # each mode on the shared layer, none on another mode
+
+
+def test_the_package_has_no_import_circle():
+    """No module of `rift_hf` reaches itself through its imports: TYPE_CHECKING and function-level ones count too (a
+    `from .x import y` names module `x`, or package `x`'s `__init__`)."""
+    modules = {_module(p)[0]: p for p in PACKAGE.rglob("*.py")}
+    assert "rift_hf.cache.rift_cache" in modules
+
+    def target(name: str) -> str | None:  # the longest prefix of an imported name that is a module of the package
+        parts = name.split(".")
+        return next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in modules), None)
+
+    graph = {m: {target(n) for n in _imports(p)} - {None, m} for m, p in modules.items()}
+    circles = []
+    for start in graph:  # a depth-first walk from each module back to itself
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    circles.append(" -> ".join([*path, start]))
+                elif nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+    assert not circles, circles[:5]

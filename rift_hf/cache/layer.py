@@ -8,22 +8,39 @@ with, and commits verified tokens; what a commit past the budget does is the mod
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
+from ..config import RiftConfig
+from ..policies import Policy, Schedule
 from ..storage import QuantizedRows, RecentRows, Rows, WorkingSet, new_store, new_working_set
 from .attention_mass import attention_mass_shares
 from .layout import lay_out, window_size
-
-if TYPE_CHECKING:
-    from .rift_cache import RiftCache
 
 # The compressed layer that was updated last: the attention backend, which runs right after `update` in the same
 # attention module, hands it the queries that `update` never sees (it checks that it received the very key tensor
 # this layer returned, so another model's attention can never feed this cache).
 ACTIVE_LAYER: ContextVar[RiftLayer | None] = ContextVar("rift_active_layer", default=None)
+
+
+class LayerCache(Protocol):
+    """What a layer reads of the cache it belongs to (`RiftCache` is one): the config and policy in force (`auto`'s
+    choice once the prompt is seen), the sizes resolved then (`rift_hf.budget.layout`; the reading sizes while a
+    prompt is read in chunks), the refresh clock, and the scorer's view of a query."""
+
+    config: RiftConfig
+    policy: Policy
+    schedule: Schedule
+    prompt_length: int | None
+    budget: int | float
+    recent: int
+    n_select: int
+    reading: object | None  # a `PromptReading` while the prompt is read in chunks
+    records_queries: bool
+
+    def scoring_query(self, layer_idx: int, query: torch.Tensor) -> torch.Tensor: ...
 
 
 class RiftLayer(CacheLayerMixin):
@@ -40,7 +57,7 @@ class RiftLayer(CacheLayerMixin):
     # Rows reserved past the budget for the tokens of one drafting round (a longer round grows the buffer).
     HEADROOM = 32
 
-    def __init__(self, cache: RiftCache, layer_idx: int):
+    def __init__(self, cache: LayerCache, layer_idx: int):
         self.is_initialized = False  # all the mixin's __init__ sets besides keys/values, which are views here
         self.cache = cache
         self.layer_idx = layer_idx

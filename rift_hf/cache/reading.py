@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .._compat import CACHE
+from ..budget import tokens as budget_tokens
 
 
 @dataclass
@@ -81,9 +82,7 @@ def reading_sizes(config, prompt_length: int, budget: int, recent: int, n_select
     policy = config.policy_object
     if not config.keeps_store or policy.retrieves or config.prompt_budget is None:
         return budget, recent, n_select
-    wanted = config.prompt_budget
-    tokens = wanted if isinstance(wanted, int) else max(1, int(wanted * prompt_length))
-    tokens = policy.round_budget(max(tokens, config.n_sink + config.window))
+    tokens = policy.round_budget(max(budget_tokens(config.prompt_budget, prompt_length), config.n_sink + config.window))
     if tokens >= budget:
         return budget, recent, n_select
     reading_recent = config.recent_tokens(tokens)

@@ -11,9 +11,10 @@ from transformers.cache_utils import (
     get_layer_types_and_kwargs,
 )
 
+from ..budget import layout
 from ..config import RiftConfig
 from ..policies.selection_head import SelectionHead
-from ..storage import Quantizer, check_group_sizes
+from ..storage import check_group_sizes
 from .layer import RiftLayer
 from .reading import PromptReading, reading_sizes
 from .refresh import Refresh, choose_in_round, commit_layers, undo_in_round
@@ -52,31 +53,6 @@ def build_layers(cache: RiftCache, config) -> list:
                 f"supported: full_attention, {', '.join(_PASSTHROUGH_TYPES + _STATE_TYPES)}."
             )
     return layers
-
-
-def resolve_budget(config: RiftConfig, prompt_length: int, like: torch.Tensor) -> tuple:
-    """`(config, budget, recent, n_select)` for a prompt of `prompt_length` tokens: the config fitted to it (window /
-    block size shrunk to a short prompt's budget), the budget in tokens (inf for the full cache), the recent window
-    and the selection's size. With `kv_equal_bytes` the budget is bytes: the selection's full-precision rows become as
-    many `kv_dtype` rows as fit in their bytes (counted as if the model ran in `kv_equal_bytes`' dtype if it names
-    one)."""
-    config = config.fitted(prompt_length)
-    budget = config.resolve_budget(prompt_length)
-    if budget == float("inf"):
-        return config, budget, 0, 0
-    recent = config.recent_tokens(budget)
-    n_select = budget - recent - config.n_sink
-    if config.kv_equal_bytes:
-        if config.kv_equal_bytes is not True:
-            like = like.new_zeros(1, 1, 1, like.shape[-1], dtype=getattr(torch, config.kv_equal_bytes))
-        keys, values = (
-            Quantizer(like, config.kv_dtype, config.kv_group_size, per_channel)
-            for per_channel in (True, False)  # keys per channel, values per token
-        )
-        ratio = 2 * like.shape[-1] * like.element_size() / (keys.row_bytes(like) + values.row_bytes(like))
-        n_select = config.policy_object.round_selection(keys.unpadded(int(n_select * ratio)))
-        budget = config.n_sink + recent + n_select
-    return config, budget, recent, n_select
 
 
 def use_policy(cache: RiftCache, config: RiftConfig) -> None:
@@ -179,7 +155,7 @@ class RiftCache(Cache):
 
     def _resolve_budget(self, prompt_length: int, like: torch.Tensor) -> None:
         self.prompt_length = prompt_length
-        config, self.budget, self.recent, self.n_select = resolve_budget(self.config, prompt_length, like)
+        config, self.budget, self.recent, self.n_select = layout(self.config, prompt_length, like)
         use_policy(self, config)
         self.refresh.restart(prompt_length)
         if self.reading and self.budget != float("inf"):

@@ -14,6 +14,10 @@ Everything else stays eager and in Python: the round's first forward (it re-feed
 refreshes (which rebuild the working set in place, at the same capacity), the bookkeeping after each step (lengths,
 positions, the store's copy of the new row, the recorded queries), and any forward the step cannot take (a prompt
 shorter than the budget, a round longer than the headroom). `CompiledDrafting.compiles` and `.eager` count both.
+
+It applies to the policies whose working set has a fixed size (not `full`, `page-retrieval` or `snapkv_grow`),
+without `kv_dtype`, `attend_in_place` or `track_attention_mass`, and to drafters whose every layer is full attention;
+`RiftConfig(compile=True)` refuses the others, naming why.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from . import (  # noqa: F401
 )
 
 # isort: on
-from .base import Policy, label_fields, policy_class, policy_names, register
+from .base import Policy, label_fields, policy_class, policy_fields, policy_names, policy_settings, register
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
 from .scorers import block_scores, carry_forward, snapkv_scores
 from .selection import keep_mask, select_blocks, select_tokens
@@ -34,7 +34,9 @@ __all__ = [
     "keep_mask",
     "label_fields",
     "policy_class",
+    "policy_fields",
     "policy_names",
+    "policy_settings",
     "register",
     "schedule_for",
     "select_blocks",

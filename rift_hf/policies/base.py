@@ -165,3 +165,20 @@ class Policy:
         """A refresh's new selection for every compressed layer of `cache` at once (`[H_kv, S]` each), or None: each
         layer then re-selects for itself (`RiftStoreLayer`)."""
         return None
+
+
+def policy_fields() -> set[str]:
+    """The `RiftConfig` fields some policy reads and others do not (the union of every `Policy.params`)."""
+    return {field for name in policy_names() for field in policy_class(name).params}
+
+
+def policy_settings(policy: str, fields: dict) -> dict:
+    """
+    `{"policy": policy, **fields}` without the policy-specific fields `policy` does not read: one run's settings
+    (window, delta, block size ...) applied to several policies. `RiftConfig` itself refuses such a field.
+
+    >>> policy_settings("swa", {"budget": 0.25, "window": 32, "delta": 16})
+    {'policy': 'swa', 'budget': 0.25}
+    """
+    params, specific = policy_class(policy).params, policy_fields()
+    return {"policy": policy, **{k: v for k, v in fields.items() if k in params or k not in specific}}
