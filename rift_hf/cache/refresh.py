@@ -78,6 +78,30 @@ def choose_in_round(cache) -> None:
     cache.refresh.record(first.seen, time.perf_counter() - tick, "in-round", None)
 
 
+def bounded_rollback(cache, tokens_to_remove: int) -> int:
+    """
+    The rollback `cache.crop(tokens_to_remove)` may make (`tokens_to_remove` <= 0): never below the end of the last
+    verified forward (`cache.verified_length`; transformers re-feeds one verified token when no draft was accepted,
+    and keeping it is equivalent). With linear-attention / SSM layers their states are restored to that point here,
+    and the attention layers go back to it too, so the drafter re-feeds the accepted tokens.
+    """
+    verified = cache.verified_length
+    if verified is None:
+        return tokens_to_remove
+    seen = cache.get_seq_length()
+    target = seen + tokens_to_remove
+    if target < verified - 1:
+        raise ValueError(
+            f"Cannot roll back to {target} tokens: the last verified forward ended at {verified} and earlier entries "
+            "may be compressed or folded into recurrent states."
+        )
+    if cache.state_layers:
+        target = verified
+        for layer in cache.state_layers:
+            layer.restore(target)
+    return -(seen - max(target, verified))
+
+
 def undo_in_round(cache) -> None:
     """
     At a rollback of `cache`: if it removed a drafted token whose query scored this round's re-choice, put the

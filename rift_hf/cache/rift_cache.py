@@ -17,7 +17,7 @@ from ..policies.selection_head import SelectionHead
 from ..storage import check_group_sizes
 from .layer import RiftLayer
 from .reading import PromptReading, reading_sizes
-from .refresh import Refresh, choose_in_round, commit_layers, undo_in_round
+from .refresh import Refresh, bounded_rollback, choose_in_round, commit_layers, undo_in_round
 from .retrieval_layer import RiftRetrievalLayer
 from .select_layer import RiftSelectLayer
 from .state_layer import RiftStateLayer
@@ -109,8 +109,8 @@ class RiftCache(Cache):
         self.record_past = False
         self.peak_bytes = 0  # KV held (working sets and stores), at its largest: just before a commit
         # Commit points in assisted generation: the forward after a rollback (or the prefill) feeds only verified
-        # tokens; its end (`_snapshot_length`) is where state layers snapshot and below which no rollback goes.
-        self._snapshot_length: int | None = None
+        # tokens; its end (`verified_length`) is where state layers snapshot and below which no rollback goes.
+        self.verified_length: int | None = None
         self._awaiting_verified = self._verified_forward_done = False
 
     def scoring_query(self, layer_idx: int, query: torch.Tensor) -> torch.Tensor:
@@ -148,7 +148,7 @@ class RiftCache(Cache):
             self._resolve_budget(length, key_states)
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         if self._awaiting_verified and layer_idx == self._first_attention:
-            self._snapshot_length = layer.get_seq_length()
+            self.verified_length = layer.get_seq_length()
             self._awaiting_verified = False
             self._verified_forward_done = True
         return out
@@ -203,20 +203,7 @@ class RiftCache(Cache):
             # Nothing written yet (transformers crops before the first round when the prompt has 1-2 tokens): layers
             # that were never initialised, such as sliding-window ones, cannot be cropped.
             return
-        if self._snapshot_length is not None:
-            seen = self.get_seq_length()
-            target = seen + tokens_to_remove
-            if target < self._snapshot_length - 1:
-                raise ValueError(
-                    f"Cannot roll back to {target} tokens: the last verified forward ended at {self._snapshot_length} "
-                    "and earlier entries may be compressed or folded into recurrent states."
-                )
-            if self.state_layers:
-                target = self._snapshot_length
-                for layer in self.state_layers:
-                    layer.restore(target)
-            tokens_to_remove = -(seen - max(target, self._snapshot_length))
-        super().crop(tokens_to_remove)
+        super().crop(bounded_rollback(self, tokens_to_remove))
         undo_in_round(self)
         self._commit(rollback=True)
         if self.record_past:
