@@ -2,9 +2,10 @@ import math
 
 import pytest
 import torch
+from transformers import LlamaConfig
 
 import rift_hf
-from rift_hf import RiftConfig
+from rift_hf import POLICIES, RiftConfig, preset
 from rift_hf.config import policy_settings
 from rift_hf.policies import calibrate_thresholds, keep_mask, select_blocks, select_tokens
 from rift_hf.policies.schedules import Adaptive, Signals
@@ -133,6 +134,30 @@ def test_a_policy_registered_outside_the_package_drives_the_cache():
         assert kept == [0, 1, 2, 3, 4, 5, 24, 25, 26, 27, 28, 29]
     finally:
         base._REGISTRY.pop("test-keep-earliest")
+
+
+def test_a_policys_mode_is_its_base_class_and_a_flag_cannot_contradict_it():
+    from rift_hf.cache import RiftCache
+    from rift_hf.cache.retrieval_layer import RiftRetrievalLayer
+    from rift_hf.cache.select_layer import RiftSelectLayer
+    from rift_hf.cache.store_layer import RiftStoreLayer
+    from rift_hf.policies import Policy, RetrievalPolicy, StorePolicy, policy_class, register
+
+    layer = {Policy: RiftSelectLayer, StorePolicy: RiftStoreLayer, RetrievalPolicy: RiftRetrievalLayer}
+    for name in POLICIES:
+        mode = next(base for base in (RetrievalPolicy, StorePolicy, Policy) if issubclass(policy_class(name), base))
+        cache = RiftCache(LlamaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2), preset(name))
+        assert type(cache.layers[0]) is layer[mode], name
+
+    with pytest.raises(TypeError, match="subclass StorePolicy"):
+
+        @register
+        class Flagged(Policy):  # a store by flag on the select-once base: refused, not silently a select layer
+            name = "test-flagged"
+            keeps_store = True
+
+    with pytest.raises(NotImplementedError, match="defines no `retrieve`"):
+        RetrievalPolicy(RiftConfig()).retrieve(None, None, 0, 1.0, 0, 0)
 
 
 def test_page_retrieval_summarises_a_page_by_its_midrange_key_and_scores_it_per_query_head():

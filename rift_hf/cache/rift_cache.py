@@ -13,6 +13,7 @@ from transformers.cache_utils import (
 
 from ..budget import layout
 from ..config import RiftConfig
+from ..policies import RetrievalPolicy, StorePolicy
 from ..policies.selection_head import SelectionHead
 from ..storage import check_group_sizes
 from .layer import RiftLayer
@@ -37,7 +38,14 @@ def build_layers(cache: RiftCache, config) -> list:
         cache.config, getattr(decoder, "head_dim", None) or decoder.hidden_size // decoder.num_attention_heads
     )
     policy = cache.config.policy_object
-    compressed = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftSelectLayer
+    # The layer class follows from the policy's mode (its base class).
+    compressed = (
+        RiftRetrievalLayer
+        if isinstance(policy, RetrievalPolicy)
+        else RiftStoreLayer
+        if isinstance(policy, StorePolicy)
+        else RiftSelectLayer
+    )
     layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder)
     layers = []
     for idx, (layer_type, kwargs) in enumerate(zip(layer_types, per_layer_kwargs, strict=True)):

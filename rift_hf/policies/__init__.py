@@ -17,7 +17,17 @@ from . import (  # noqa: F401
 )
 
 # isort: on
-from .base import Policy, label_fields, policy_class, policy_fields, policy_names, policy_settings, register
+from .base import (
+    Policy,
+    RetrievalPolicy,
+    StorePolicy,
+    label_fields,
+    policy_class,
+    policy_fields,
+    policy_names,
+    policy_settings,
+    register,
+)
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
 from .scorers import block_scores, carry_forward, snapkv_scores
 from .selection import keep_mask, select_blocks, select_tokens
@@ -27,6 +37,8 @@ __all__ = [
     "Every",
     "Once",
     "Policy",
+    "RetrievalPolicy",
+    "StorePolicy",
     "Schedule",
     "Signals",
     "block_scores",

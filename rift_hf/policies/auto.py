@@ -17,17 +17,16 @@ fields both read, so a field one of them alone reads is refused here: name that 
 
 from __future__ import annotations
 
-from .base import Policy, register
+from .base import StorePolicy, register
 
 # Prompts of at least this many tokens get rift-dyn: between ~16K, where the two tie, and ~32K, where page-round loses.
 LONG_PROMPT = 16384
 
 
 @register
-class Auto(Policy):
+class Auto(StorePolicy):
     name = "auto"
     params = frozenset({"window"})
-    keeps_store = True
     store_dtype = "int4"
 
     @staticmethod

@@ -25,6 +25,12 @@ def register(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make `cls` available as `RiftConfig(policy=cls.name)`."""
     if not getattr(cls, "name", None):
         raise TypeError(f"{cls.__name__} needs a `name` class attribute to be registered as a policy.")
+    for flag, base in (("keeps_store", StorePolicy), ("retrieves", RetrievalPolicy)):
+        if getattr(cls, flag) != issubclass(cls, base):
+            raise TypeError(
+                f"{cls.__name__} sets {flag}={getattr(cls, flag)}; the mode follows from the base class: subclass "
+                f"{base.__name__} for it (or leave the flag to the base)."
+            )
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"A policy named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__}).")
     _REGISTRY[cls.name] = cls
@@ -70,19 +76,24 @@ class Policy:
     What a compressed full-attention layer keeps: `n_sink` first tokens, a rolling window of the most recent tokens
     (`recent_tokens`), and a selection of older ones chosen by `select` from `score`.
 
+    A policy's base is its mode, and the mode is the layer the cache builds for it: a plain `Policy` selects once,
+    from the prompt (`RiftSelectLayer`); a `StorePolicy` keeps every token and selects again from it
+    (`RiftStoreLayer`); a `RetrievalPolicy` lets each query choose its own rows (`RiftRetrievalLayer`). Each base
+    defines every method the cache calls on a policy of its mode.
+
     Class attributes:
         name: the `RiftConfig.policy` string.
         compresses: `False` only for the uncompressed baseline.
         scored: the selection comes from queries, so the drafter needs the "rift" attention backend.
-        keeps_store: the full KV store is kept so the selection can be refreshed from every token; the first
-            selection is then also made from the store (right after the prompt that is SnapKV on the prompt).
+        keeps_store: (set by `StorePolicy`) the full KV store is kept so the selection can be refreshed from every
+            token; the first selection is then also made from the store (right after the prompt: SnapKV on it).
         rho: default share of the budget given to the recent window.
         block_size: default block (page) length, for policies that select whole blocks.
         pages_ahead: default number of pages a chosen page brings with it (the next ones), for page policies.
         rechoose_after: default number of drafted tokens after which the selection is chosen again inside a round
             (0: never), for policies that read the field (page-round).
-        retrieves: the layer keeps every token and each new query attends its own `budget` rows, chosen by
-            `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
+        retrieves: (set by `RetrievalPolicy`) the layer keeps every token and each new query attends its own
+            `budget` rows, chosen by `retrieve` at every forward (per-step retrieval); nothing is evicted at commits.
         summarises_pages: the layer keeps a summary of every committed page (`summarise`), and a refresh selects from
             them with `select_pages` instead of scoring every key with `score` (page-round).
         store_dtype: what `RiftConfig(store_dtype="auto")` (the default) keeps the full store in: None (the model's
@@ -165,6 +176,47 @@ class Policy:
         """A refresh's new selection for every compressed layer of `cache` at once (`[H_kv, S]` each), or None: each
         layer then re-selects for itself (`RiftStoreLayer`)."""
         return None
+
+
+class StorePolicy(Policy):
+    """
+    The mode that refreshes: every token is kept in a store (`RiftStoreLayer`) and the selection made again from it
+    on the policy's `schedule`. Two options a store policy turns on by defining their methods: page summaries
+    (`summarises_pages = True`: `summarise` and `select_pages`, page-round) and choosing again inside a round (a
+    `rechoose_after` field: `rechoose_layers`).
+    """
+
+    keeps_store = True
+
+    def summarise(self, pages: torch.Tensor) -> torch.Tensor:
+        """`[B, H_kv, n_pages, block_size, D]` keys -> one summary row per page, `[B, H_kv, n_pages, D]`."""
+        raise NotImplementedError(f"{type(self).__name__} sets summarises_pages but defines no `summarise`.")
+
+    def select_pages(self, query, summaries, scale, n_sink, hi, count, newest) -> torch.Tensor:
+        """A refresh's selection (`[H_kv, S]` positions) chosen from page summaries instead of every key's score."""
+        raise NotImplementedError(f"{type(self).__name__} sets summarises_pages but defines no `select_pages`.")
+
+    def rechoose_layers(self, layers: list, cache, drafted: int) -> tuple[torch.Tensor | None, ...]:
+        """Every compressed layer's selection chosen again `drafted` tokens into a round (None: a layer keeps its)."""
+        raise NotImplementedError(f"{type(self).__name__} reads rechoose_after but defines no `rechoose_layers`.")
+
+
+class RetrievalPolicy(Policy):
+    """
+    The mode that retrieves per query: every token is kept in order (`RiftRetrievalLayer`, which evicts nothing) with
+    a summary of each committed page (`summarise`), and at every forward each new query attends its own `budget`
+    rows, chosen by `retrieve`.
+    """
+
+    retrieves = True
+
+    def summarise(self, pages: torch.Tensor) -> torch.Tensor:
+        """`[B, H_kv, n_pages, block_size, D]` keys -> one summary row per page, `[B, H_kv, n_pages, D]`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no `summarise`.")
+
+    def retrieve(self, query, summaries, first: int, scale: float, recent: int, selected: int) -> torch.Tensor:
+        """Rows each new query attends, `[B, H_kv, L, budget]` (sinks, the chosen pages, the recent window)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no `retrieve`.")
 
 
 def policy_fields() -> set[str]:

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import torch
 
-from .base import Policy, register
+from .base import StorePolicy, register
 from .pages import WholePages
 from .schedules import Every
 from .selection import rank_pages_ahead
 
 
 @register
-class PageAhead(WholePages, Policy):
+class PageAhead(WholePages, StorePolicy):
     """Whole pages (the budget splits into sinks, whole pages and a window), chosen per KV head."""
 
     name = "page-ahead"
     params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "block_size", "pages_ahead", "delta"})
-    keeps_store = True
     rho = 0.25
     pages_ahead = 1
 

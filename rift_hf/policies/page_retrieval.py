@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import torch
 
-from .base import Policy, register
+from .base import RetrievalPolicy, register
 from .pages import WholePages, midrange, page_scores
 
 
 @register
-class PageRetrieval(WholePages, Policy):
+class PageRetrieval(WholePages, RetrievalPolicy):
     """Sinks, whole pages and a window; the pages are chosen per query."""
 
     name = "page-retrieval"
     params = frozenset({"window", "block_size"})
-    retrieves = True
     rho = 0.125
     block_size = 8
     _layout_key: tuple | None = None  # what `_layout` last computed for (shared by the layers of one forward)

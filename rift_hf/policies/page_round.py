@@ -31,20 +31,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import Policy, register
+from .base import StorePolicy, register
 from .pages import WholePages, midrange, page_scores
 from .schedules import Every
 from .selection import rank_pages_ahead
 
 
 @register
-class PageRound(WholePages, Policy):
+class PageRound(WholePages, StorePolicy):
     """Sinks, whole pages from `n_sink` on, a window; pages per KV head, chosen at every commit from the newest query
     (scored as page-retrieval scores them)."""
 
     name = "page-round"
     params = frozenset({"window", "block_size", "pages_ahead", "score_queries", "rechoose_after"})
-    keeps_store = True
     summarises_pages = True
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL

@@ -8,12 +8,12 @@
 
 from __future__ import annotations
 
-from .base import Policy, register
+from .base import StorePolicy, register
 from .schedules import Adaptive
 
 
 @register
-class RiftAdaptive(Policy):
+class RiftAdaptive(StorePolicy):
     name = "rift-ada"
     params = frozenset(
         {
@@ -30,7 +30,6 @@ class RiftAdaptive(Policy):
             "drift_threshold",
         }
     )
-    keeps_store = True
 
     def check_params(self) -> None:
         super().check_params()

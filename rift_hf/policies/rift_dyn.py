@@ -7,15 +7,14 @@
 
 from __future__ import annotations
 
-from .base import Policy, register
+from .base import StorePolicy, register
 from .schedules import Every
 
 
 @register
-class RiftDynamic(Policy):
+class RiftDynamic(StorePolicy):
     name = "rift-dyn"
     params = frozenset({"window", "pool", "pool_kernel", "tokens_ahead", "delta"})
-    keeps_store = True
 
     def schedule(self):
         return Every(self.config.delta)
