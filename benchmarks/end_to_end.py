@@ -11,7 +11,7 @@ end to end; from the same run, hooks on the two models split off each model's pr
 - `transformers`: `target.generate(ids, assistant_model=draft)` with the drafter as loaded (its own generation
   config: transformers' defaults, `num_assistant_tokens=20`, a constant schedule, `assistant_confidence_threshold=0.4`)
   on its own attention ("sdpa");
-- `transformers+gqa`: the same with rift-hf's GQA verification fix on the target (`rift_hf.cpu.gqa_attention`);
+- `transformers+gqa`: the same with rift-hf's GQA verification fix on the target (`rift_hf.speedups.gqa_attention`);
 - `default`: `cache_implementation="rift"` with no `cache_config`, what a user of rift-hf gets;
 - `full`: rift with an uncompressed drafter cache, always drafting (`{"policy": "full", "step_aside": False}`): what
   the drafter's compression and the step-aside rule are measured against;
@@ -106,7 +106,7 @@ def _config(setting: str) -> dict | None:
 
 def call(setting: str, target, draft, ids: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, dict]:
     """One whole `generate` call of `setting`, timed; returns its output and the row fields it measured."""
-    from rift_hf.cpu import gqa_attention
+    from rift_hf.speedups import gqa_attention
 
     gen = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
     timers = PhaseTimer(target), PhaseTimer(draft)

@@ -35,11 +35,11 @@ def _never_draft(controller: DraftLength) -> int:
 def main(argv=None) -> None:
     from benchmarks.long_inputs import ensure_prompt_cache
     from rift_hf import last_stats
-    from rift_hf.cpu import gqa_attention
     from rift_hf.generation.decode import generate_from
     from rift_hf.models import PRESETS, fix_draft_length, load_preset
     from rift_hf.prefill import prefill_folder, prefills_root
     from rift_hf.prompts import prompt_set
+    from rift_hf.speedups import gqa_attention
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="qwen-coder", choices=["tiny-random", *sorted(PRESETS)])

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from lab.records import cpu_name
 from lab.tables import pipe_table
-from rift_hf.cpu import weight_major_linear
+from rift_hf.speedups import weight_major_linear
 
 
 def _weight_major(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

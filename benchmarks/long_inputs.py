@@ -146,13 +146,13 @@ def run_speed(args) -> None:
     from rift_hf.generation.decode import generate_from
 
     target, draft, tokenizer = load_preset(args.preset, dtype=args.dtype)
-    if args.linear == "weight-major":  # both models' small-batch linear layers as weight @ x.T (rift_hf.cpu)
-        from rift_hf.cpu import weight_major_linear
+    if args.linear == "weight-major":  # both models' small-batch linear layers as weight @ x.T (rift_hf.speedups)
+        from rift_hf.speedups import weight_major_linear
 
         weight_major_linear(target)
         weight_major_linear(draft)
-    if args.attention == "sdpa_gqa":  # several queries over a mask attend the key/value heads in place (rift_hf.cpu)
-        from rift_hf.cpu import gqa_attention
+    if args.attention == "sdpa_gqa":  # several queries over a mask attend the key/value heads in place (speedups.py)
+        from rift_hf.speedups import gqa_attention
 
         gqa_attention(target)
         gqa_attention(draft)
@@ -511,13 +511,13 @@ def main(argv=None) -> None:
         "--linear",
         default="torch",
         choices=["torch", "weight-major"],
-        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
+        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.speedups.weight_major_linear)",
     )
     speed.add_argument(
         "--attention",
         default="sdpa_gqa",
         choices=["sdpa", "sdpa_gqa"],
-        help="sdpa_gqa: on a CPU, verifications attend the key/value heads in place (rift_hf.cpu.gqa_attention); "
+        help="sdpa_gqa: on a CPU, verifications attend the key/value heads in place (rift_hf.speedups.gqa_attention); "
         "sdpa: transformers' own, which copies them when there is a mask",
     )
     speed.add_argument(

@@ -88,9 +88,9 @@ def load_target(args, device, dtype):
 
 
 def use_linear(model, linear: str) -> None:
-    """`--linear weight-major`: the model's small-batch linear layers as `weight @ x.T` (`rift_hf.cpu`)."""
+    """`--linear weight-major`: the model's small-batch linear layers as `weight @ x.T` (`rift_hf.speedups`)."""
     if linear == "weight-major":
-        from rift_hf.cpu import weight_major_linear
+        from rift_hf.speedups import weight_major_linear
 
         weight_major_linear(model)
 
@@ -620,7 +620,7 @@ def main(argv=None) -> None:
         "--linear",
         default="torch",
         choices=LINEARS,
-        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu.weight_major_linear)",
+        help="weight-major: small-batch linear layers as weight @ x.T on a CPU (rift_hf.speedups.weight_major_linear)",
     )
     parser.add_argument("--random-weights", action="store_true", help="random weights at the drafter's shapes")
     parser.add_argument("--dry-run", action="store_true", help="tiny model, tiny lengths (CI)")

@@ -1,5 +1,5 @@
 """What a verification forward costs against a one-token step, with the target on transformers' "sdpa" and on
-"sdpa_gqa" (`rift_hf.cpu.gqa_attention`), over a long prompt's recorded cache.
+"sdpa_gqa" (`rift_hf.speedups.gqa_attention`), over a long prompt's recorded cache.
 
     python -m benchmarks.verify_cost --input-tokens 32000            # the qwen-coder target, fp32, 1-12 tokens
     python -m benchmarks.verify_cost --preset tiny-random --input-tokens 256 --repeats 1   (CI-sized)
@@ -24,8 +24,8 @@ import torch
 from lab.records import machine
 from lab.tables import pipe_table
 from rift_hf._compat import CACHE
-from rift_hf.cpu import gqa_attention
 from rift_hf.generation.decode import target_cache
+from rift_hf.speedups import gqa_attention
 
 
 def time_forward(target, prompt_cache, n: int) -> tuple[float, torch.Tensor]:

@@ -66,8 +66,8 @@ def compare(
     continues where it stopped and a later run can add policies or prompts (without it the log starts afresh). With
     `targets_dir`, the target's own output of each prompt is also saved where `python -m lab replay` looks for it.
     `linear="weight-major"` computes both models' small-batch linear layers as `weight @ x.T` on a CPU
-    (`rift_hf.cpu.weight_major_linear`; recorded in the settings). Replay's target outputs must come from torch's own
-    linear layers, so `targets_dir` with it is a ValueError.
+    (`rift_hf.speedups.weight_major_linear`; recorded in the settings). Replay's target outputs must come from torch's
+    own linear layers, so `targets_dir` with it is a ValueError.
     """
     from rift_hf.models import fix_draft_length, load_preset, resolve_dtype
     from rift_hf.prompts import describe_sources
@@ -84,7 +84,7 @@ def compare(
     target, draft, tokenizer = models if models is not None else load_preset(preset, dtype=resolve_dtype(dtype))
     dtype = str(draft.dtype).removeprefix("torch.")  # what the records say: the dtype the models ran in
     if linear == "weight-major":
-        from rift_hf.cpu import weight_major_linear
+        from rift_hf.speedups import weight_major_linear
 
         weight_major_linear(target)
         weight_major_linear(draft)

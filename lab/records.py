@@ -179,7 +179,8 @@ def rows_reference(runs: list[dict]) -> dict:
     prompts, policies = list(dict.fromkeys(r["prompt"] for r in runs)), list(dict.fromkeys(r["policy"] for r in runs))
     if [(r["prompt"], r["policy"]) for r in runs] != [(p, q) for p in prompts for q in policies]:
         raise ValueError("A replay's rows must hold every policy for every prompt, prompt by prompt.")
-    return {"rows": "rows.jsonl", "prompts": prompts, "policies": policies, "retention": [r.get("retention") for r in runs]}
+    retention = [r.get("retention") for r in runs]
+    return {"rows": "rows.jsonl", "prompts": prompts, "policies": policies, "retention": retention}
 
 
 def read_compare(path: Path) -> dict:

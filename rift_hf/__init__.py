@@ -11,11 +11,11 @@ _check_transformers()  # before anything touches transformers' private generate 
 from . import attention as _attention
 from .cache import RiftCache, RiftLayer, RiftRetrievalLayer, RiftSelectLayer, RiftStateLayer, RiftStoreLayer
 from .config import POLICIES, PRESETS, RiftConfig, preset
-from .cpu import gqa_attention, weight_major_linear
 from .generation import RiftCandidateGenerator, RiftStats, last_stats
 from .generation import apply as _apply_patches
 from .policies import Policy, calibrate_thresholds, register
 from .policies.selection_head import SelectionHead
+from .speedups import gqa_attention, weight_major_linear
 
 __version__ = "0.1.0"
 

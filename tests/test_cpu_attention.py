@@ -1,4 +1,4 @@
-"""The "sdpa_gqa" backend (`rift_hf.cpu.gqa_attention`): several queries over a mask attend the key/value heads in
+"""The "sdpa_gqa" backend (`rift_hf.speedups.gqa_attention`): several queries over a mask attend the key/value heads in
 place on a CPU; results equal transformers' "sdpa", greedy output unchanged, reversible, bad input refused."""
 
 import pytest
@@ -7,7 +7,7 @@ from transformers import DynamicCache
 from transformers.integrations import sdpa_attention
 
 import rift_hf
-from rift_hf.cpu import GQA_ATTENTION, gqa_attention
+from rift_hf.speedups import GQA_ATTENTION, gqa_attention
 from tiny import draft_target_pair, make_prompt, tiny_model
 
 

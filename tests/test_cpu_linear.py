@@ -1,4 +1,4 @@
-"""Weight-major small-batch linear layers (`rift_hf.cpu`): same products, same greedy output, reversible, refused
+"""Weight-major small-batch linear layers (`rift_hf.speedups`): same products, same greedy output, reversible, refused
 bad input."""
 
 import copy
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import rift_hf
 from rift_hf.config import policy_settings
-from rift_hf.cpu import WeightMajorLinear, weight_major_linear
+from rift_hf.speedups import WeightMajorLinear, weight_major_linear
 from tiny import draft_target_pair, make_prompt, tiny_model
 
 

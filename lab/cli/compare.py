@@ -36,7 +36,7 @@ def add_arguments(parser) -> None:
         "--linear",
         default="torch",
         choices=LINEARS,
-        help="weight-major: compute small-batch linear layers as weight @ x.T on a CPU (rift_hf.cpu; faster for "
+        help="weight-major: compute small-batch linear layers as weight @ x.T on a CPU (rift_hf.speedups; faster for "
         "2-16 rows with MKL on the AMD CPU measured, see benchmarks/results/linear-cpu.md; --targets is not "
         "written then)",
     )

@@ -1,4 +1,4 @@
-"""CPU-only speed switches for the forwards speculation makes: weight-major small-batch linear layers, and
+"""Opt-in speed switches for the forwards speculation makes on a CPU: weight-major small-batch linear layers, and
 grouped-query attention over a mask without copied heads.
 
 Speculative decoding runs linear layers on a few rows at a time: the drafter's first forward of a round feeds one or
