@@ -15,6 +15,13 @@ from .policies import policy_class
 from .policies.auto import Auto
 from .storage import Quantizer
 
+# The drafter reads a prompt in chunks of this many tokens by default (`RiftConfig.prompt_chunk`)...
+DEFAULT_CHUNK = 1024
+# ... where that was measured to keep retention within 0.02 of one forward's (16 prompts each at ~4K and at ~16K, by
+# replay); at ~32K (8 prompts, bf16) it lost 0.19 in `repeat` (docs/results/prompt-pass.md), so a longer prompt is
+# read in one forward unless `prompt_chunk` (or `prompt_budget`, the chunked pass's working set) is set.
+CHUNKED_UP_TO = 16385
+
 
 def tokens(budget: int | float, prompt_length: int) -> int:
     """`budget` in tokens: an int is a count, a float a fraction of a `prompt_length`-token prompt (at least 1)."""
@@ -24,13 +31,16 @@ def tokens(budget: int | float, prompt_length: int) -> int:
 def fit(config, prompt_length: int):
     """
     `config` for a prompt of `prompt_length` tokens. `auto` becomes the policy it picks for that length, with that
-    policy's own defaults. A fractional budget can be smaller than the observation window (or a block) on a short
+    policy's own defaults; a prompt longer than `CHUNKED_UP_TO` is read in one forward unless `prompt_chunk` or
+    `prompt_budget` is set. A fractional budget can be smaller than the observation window (or a block) on a short
     prompt; the window and block size then shrink to fit it (and `n_sink` to below it), so the defaults work on any
     prompt. An int budget is checked at construction and never changed.
     """
     if config.policy == "auto":
         unset = {"block_size": None, "pages_ahead": None, "rechoose_after": None}  # the chosen policy's own
         return fit(dataclasses.replace(config, **unset, **Auto.choice(prompt_length)), prompt_length)
+    if config.prompt_chunk is None and config.prompt_budget is None and prompt_length > CHUNKED_UP_TO:
+        config = dataclasses.replace(config, prompt_chunk=0)
     policy = policy_class(config.policy)
     if not policy.compresses or isinstance(config.budget, int):
         return config

@@ -10,23 +10,19 @@ import dataclasses
 import numbers
 from dataclasses import dataclass
 
-from .budget import fit, resolve
+from .budget import CHUNKED_UP_TO, DEFAULT_CHUNK, fit, resolve
 from .config_checks import EQUAL_BYTES_DTYPES, MAX_TOKENS, STORE_DTYPES, TOKEN_FIELDS, check, check_sizes
 from .config_files import CONFIG_NAME, ConfigFiles, confined
 from .policies import Policy, policy_class, policy_fields, policy_names, policy_settings
 
 __all__ = [
-    "CONFIG_NAME", "DEFAULT_CHUNK", "EQUAL_BYTES_DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "STORE_DTYPES",
-    "TOKEN_FIELDS", "RiftConfig", "confined", "policy_fields", "policy_settings", "preset",
+    "CHUNKED_UP_TO", "CONFIG_NAME", "DEFAULT_CHUNK", "EQUAL_BYTES_DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS",
+    "STORE_DTYPES", "TOKEN_FIELDS", "RiftConfig", "confined", "policy_fields", "policy_settings", "preset",
 ]  # fmt: skip
 
 
 # The built-in policies, one file each under `rift_hf/policies/` (a registered policy added later is valid too).
 POLICIES = policy_names()
-# The drafter reads a prompt in chunks of this many tokens by default (`RiftConfig.prompt_chunk`): on the ~4K standard
-# library prompts its retention stayed within 0.02 of one forward's, and at ~32K the pass took 0.47-0.72x the time
-# (docs/results/prompt-pass.md).
-DEFAULT_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -95,7 +91,9 @@ class RiftConfig(ConfigFiles):
             the policy choosing its working set after each (`rift_hf.cache.reading`): at most the working set plus
             one chunk at full precision, attention time linear in the prompt, approximate keys and values (which
             costs acceptance, never correctness). 0 reads it in one forward (`page-retrieval` always does). Defaults
-            to `DEFAULT_CHUNK` (or the window if longer), 0 with `kv_dtype`; `reading_chunk` is the chunk in effect.
+            to `DEFAULT_CHUNK` (or the window if longer) for prompts of up to `CHUNKED_UP_TO` tokens, 0 for longer
+            ones (unless `prompt_budget` is set) and with `kv_dtype`; `fitted(n).reading_chunk` is the chunk in
+            effect for a prompt of `n` tokens.
         prompt_budget (`int` or `float`, *optional*): with `prompt_chunk`, the working set a store policy reads with
             (tokens, or a fraction of the prompt; at most `budget`); its real working set is chosen from the store
             once the prompt is read. Policies without a store read with `budget`. Defaults to `budget`.

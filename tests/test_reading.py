@@ -156,3 +156,13 @@ def _llama_config():
         vocab_size=96, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, num_hidden_layers=2,
     )  # fmt: skip
+
+
+def test_a_prompt_longer_than_the_chunked_pass_was_measured_on_is_read_in_one_forward_unless_asked():
+    from rift_hf.config import CHUNKED_UP_TO, DEFAULT_CHUNK
+
+    assert RiftConfig().fitted(CHUNKED_UP_TO).reading_chunk == DEFAULT_CHUNK
+    assert RiftConfig().fitted(CHUNKED_UP_TO + 1).reading_chunk == 0  # auto -> rift-dyn, one forward
+    assert RiftConfig(policy="page-round", budget=4096).fitted(2 * CHUNKED_UP_TO).reading_chunk == 0
+    assert RiftConfig(policy="rift-dyn", prompt_chunk=2048).fitted(4 * CHUNKED_UP_TO).reading_chunk == 2048
+    assert RiftConfig(policy="rift-dyn", prompt_budget=1024).fitted(2 * CHUNKED_UP_TO).reading_chunk == DEFAULT_CHUNK
