@@ -16,7 +16,6 @@ target instance for the duration of the call).
 from __future__ import annotations
 
 import time
-from contextvars import ContextVar
 
 import torch
 from transformers import DynamicCache
@@ -24,13 +23,26 @@ from transformers import DynamicCache
 from .._compat import CACHE
 from ..prefill import Prefill, PromptCache, load_prefill
 
-# The drafter's recorded prompt forward for the candidate generator of the running `generate_from` call.
-DRAFT_PREFILL: ContextVar[Prefill | None] = ContextVar("rift_draft_prefill", default=None)
+
+class RecordedCache(DynamicCache):
+    """The target's recorded prompt forward, passed to `generate` as its cache, with the drafter's record beside it
+    (`draft`): what `generate_from` hands to the candidate generator, explicitly, through the one cache argument
+    `generate` takes (transformers' own drafter loop starts its `DynamicCache` from it, rift's generator compresses
+    it as after its own prompt forward)."""
+
+    def __init__(self, config, draft: Prefill | None = None):
+        super().__init__(config=config)
+        self.draft = draft
 
 
-def target_cache(target, prompt_cache: PromptCache) -> DynamicCache:
-    """A fresh `DynamicCache` holding the target's recorded prompt forward."""
-    cache = DynamicCache(config=target.config.get_text_config(decoder=True))
+def recorded_draft(cache) -> Prefill | None:
+    """The drafter's recorded prompt forward a `generate_from` call passed with the target's cache, or None."""
+    return cache.draft if isinstance(cache, RecordedCache) else None
+
+
+def target_cache(target, prompt_cache: PromptCache, draft: Prefill | None = None) -> RecordedCache:
+    """A fresh cache holding the target's recorded prompt forward (and `draft`, the drafter's, beside it)."""
+    cache = RecordedCache(target.config.get_text_config(decoder=True), draft)
     load_prefill(cache, prompt_cache.target)
     return cache
 
@@ -68,9 +80,8 @@ def generate_from(target, prompt_cache: PromptCache, *, assistant_model=None, **
             f"The target record holds {prompt_cache.target.tokens} tokens, not the prompt's "
             f"{prompt_cache.input_ids.shape[1]} minus the last one; compute it with PromptCache.compute."
         )
-    cache = target_cache(target, prompt_cache)
+    cache = target_cache(target, prompt_cache, prompt_cache.draft if assistant_model is not None else None)
     ids = prompt_cache.input_ids.to(target.device)
-    token = DRAFT_PREFILL.set(prompt_cache.draft if assistant_model is not None else None)
     if assistant_model is not None:
         _cut_first_forward(target, cache)
     try:
@@ -85,7 +96,6 @@ def generate_from(target, prompt_cache: PromptCache, *, assistant_model=None, **
             torch.cuda.synchronize(target.device)
         seconds = time.perf_counter() - tick
     finally:
-        DRAFT_PREFILL.reset(token)
         target.__dict__.pop("prepare_inputs_for_generation", None)
     return out, seconds
 

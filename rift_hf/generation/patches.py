@@ -26,7 +26,7 @@ from ..cache import RiftCache
 from ..config import RiftConfig
 from ..prefill import load_prefill
 from .candidate import RiftCandidateGenerator
-from .decode import DRAFT_PREFILL
+from .decode import recorded_draft
 from .recorded import RecordedPromptGenerator
 from .stateful import VerifierCache, needs_verifier, verifier_cache
 from .stats import RiftStats
@@ -152,7 +152,7 @@ def _prepare_cache_for_generation(self, generation_config, model_kwargs, generat
         raise ValueError(
             f"cache_implementation='rift' supports batch size 1, got {batch_size}: call generate once per prompt."
         )
-    if user_cache is not None and generation_mode == GenerationMode.ASSISTED_GENERATION and DRAFT_PREFILL.get():
+    if user_cache is not None and generation_mode == GenerationMode.ASSISTED_GENERATION and recorded_draft(user_cache):
         return None  # `generate_from`: the target's recorded prompt, in a DynamicCache
     if user_cache is not None:
         raise ValueError(
@@ -202,7 +202,7 @@ def _get_candidate_generator(
             target_tokenizer,
             assistant_tokenizer,
         )
-        prefill = DRAFT_PREFILL.get()
+        prefill = recorded_draft(model_kwargs.get(CACHE))
         if prefill is not None and assistant_model is not None:
             # `generate_from` with transformers' own drafter loop: its DynamicCache starts from the recorded prompt
             # (the first round crops it by two tokens and re-feeds them, as every later round does).
@@ -253,7 +253,7 @@ def _get_candidate_generator(
         "rift_config": rift_config_of(generation_config, self),
         "target": self,
     }
-    prefill = DRAFT_PREFILL.get()  # `generate_from`: the drafter's recorded prompt forward
+    prefill = recorded_draft(model_kwargs.get(CACHE))  # `generate_from`: the drafter's recorded prompt forward
     if prefill is None:
         generator = RiftCandidateGenerator(**arguments)
     else:
