@@ -87,6 +87,7 @@ def replay_compare(
     """
     from tqdm.auto import tqdm
 
+    from rift_hf.generation.guide import target_attention
     from rift_hf.models import PRESETS, fix_draft_length, load_model
     from rift_hf.prompts import describe_sources
 
@@ -151,6 +152,7 @@ def replay_compare(
         if (prompt.name, policy) not in done[compression]
     ]
     prefill, prefill_of = None, None  # one prompt's recorded prefill at a time (~100s of MB at 4K tokens)
+    guide, guide_of = None, None  # a guided policy's: the target's attention at every verification, one prompt's
     for prompt, record, compression, policy in tqdm(todo, desc="replay"):
         # An uncompressed cache does not depend on the compression: its row at another compression is reused.
         same = [done[c][prompt.name, policy] for c in sizes if (prompt.name, policy) in done[c]]
@@ -164,8 +166,16 @@ def replay_compare(
                     prefill = load_prefill_file(saved / "draft.safetensors", draft.device)[0]
                 if prefill is None or not prefill.serves(draft, largest_window):
                     prefill = capture_prefill(draft, record, largest_window)
+            extra = {}
+            if configs[compression, policy].policy_object.guided:
+                if guide_of != prompt.name:
+                    if target is None:
+                        target = load_model(PRESETS[preset][0], getattr(torch, target_dtype))
+                    guide_of = prompt.name
+                    guide = target_attention(target, record.sequence, record.prompt_ids.shape[1] - 1)
+                extra["guide"] = guide
             tick = time.perf_counter()
-            stats = replay(draft, record, configs[compression, policy], prefill=prefill)
+            stats = replay(draft, record, configs[compression, policy], prefill=prefill, **extra)
             row = {
                 **stats_row(prompt, policy, stats, record.output_ids.shape[1], configs[compression, policy]),
                 "replay_seconds": time.perf_counter() - tick,

@@ -48,11 +48,11 @@ class RiftConfig(ConfigFiles):
             for `snapkv`, 0.5 for the RIFT policies, 0.25 for `page-ahead`.
         n_sink (`int`, defaults to 0): first tokens always kept (attention sinks).
         window (`int`, defaults to 64): observation window `w`, the number of latest queries the scorer uses.
-        pool, pool_kernel, tokens_ahead, block_size, pages_ahead, score_queries, rechoose_after, delta, snapkv_grow,
-        check_interval, a_min, a_max, al_alpha, al_threshold, entropy_threshold, drift_threshold: a policy's own
-            fields, each read only by the policies that list it in `Policy.params` (set for another policy, it is
-            refused) and documented with them: scoring in `policies/scorers.py`, pages in `policies/pages.py`,
-            `page_round.py`, `rift_dyn.py` (`delta`), `rift_ada.py` (its schedule), `snapkv.py`.
+        pool, pool_kernel, tokens_ahead, block_size, pages_ahead, score_queries, rechoose_after, guide, delta,
+        snapkv_grow, check_interval, a_min, a_max, al_alpha, al_threshold, entropy_threshold, drift_threshold: a
+            policy's own fields, each read only by the policies that list it in `Policy.params` (set for another
+            policy, it is refused) and documented with them: scoring in `policies/scorers.py`, pages in
+            `policies/pages.py`, `page_round.py` (`guide`), `rift_dyn.py` (`delta`), `rift_ada.py`, `snapkv.py`.
         store_device (`str`, *optional*): where `rift-dyn`/`rift-ada` keep the full store (`"cpu"` to offload);
             defaults to the model's device.
         track_attention_mass (`bool`, defaults to `False`): keep a shadow full store and record the share of the
@@ -124,6 +124,7 @@ class RiftConfig(ConfigFiles):
     pages_ahead: int | None = None
     score_queries: int = 1
     rechoose_after: int | None = None
+    guide: str | None = None
     tokens_ahead: int = 0
     delta: int = 128
     store_device: str | None = None

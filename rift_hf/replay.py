@@ -280,6 +280,7 @@ def replay(
     gamma: int | None = None,
     schedule: str | None = None,
     prefill: Prefill | None = None,
+    guide: torch.Tensor | None = None,
 ) -> RiftStats:
     """
     Replay assisted greedy decoding of `record` (the target's output) with `draft` over a `RiftCache`.
@@ -294,6 +295,9 @@ def replay(
         prefill (`Prefill`, *optional*): the drafter's prompt forward recorded by `capture_prefill` (shared between
             policies). Used when the drafter is on the same attention backend and the policy's window fits the
             recorded queries; otherwise the prefill runs here.
+        guide (`torch.Tensor`, *optional*): for a guided policy (page-round with `guide="target"`), the target's
+            attention at every verification: `target_attention(target, record.sequence, record.prompt_ids.shape[1] - 1)`
+            (`rift_hf.generation.guide`); each round hands the cache the row a real run's verification left it.
 
     Returns:
         `RiftStats` with the rounds (`drafted`, `accepted`, `draft_seconds`, `signals`) as real assisted generation
@@ -316,6 +320,16 @@ def replay(
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}.")
     check_replayable(draft)
+    guided = config.policy_object.guided
+    if guided and guide is None:
+        raise ValueError(
+            f"Policy {config.policy!r} chooses from the target's attention at each verification; pass "
+            "guide=rift_hf.generation.guide.target_attention(target, record.sequence, record.prompt_ids.shape[1] - 1)."
+        )
+    if guide is not None and not guided:
+        raise ValueError(
+            f"`guide` is read only by a guided policy (page-round with guide='target'), not {config.policy!r}; drop it."
+        )
     use_rift_attention(draft, config)
     sequence = record.sequence.to(draft.device)
     prompt, produced = record.prompt_ids.shape[1], record.output_ids.shape[1]
@@ -330,6 +344,8 @@ def replay(
     cur = prompt
     with torch.no_grad():
         while cur < prompt + produced:
+            if guide is not None and cur > prompt:  # the last verification's newest verified query: position cur - 2
+                cache.guide = guide[cur - 2 - (prompt - 1), : cur - 1].to(draft.device)
             drafted = min(gamma, max_length - cur - 1)
             accepted, seconds, entropies = 0, 0.0, []
             if drafted > 0:

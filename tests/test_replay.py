@@ -9,6 +9,7 @@ import rift_hf
 from lab.records import read_compare
 from rift_hf import POLICIES
 from rift_hf.config import RiftConfig, policy_settings
+from rift_hf.generation.guide import target_attention
 from rift_hf.replay import TargetOutput, load_target_output, replay, save_target_output, target_output
 from tiny import ARCHITECTURES, SMALL, draft_target_pair, make_prompt, squeeze
 
@@ -27,6 +28,13 @@ def _pair(pairs, arch, dtype=torch.float32):
         target, draft = draft_target_pair(arch, GAMMA)
         pairs[arch, dtype] = target.to(dtype), draft.to(dtype)
     return pairs[arch, dtype]
+
+
+def _replay(target, draft, record, config, **kwargs):
+    """`replay`, with the target's attention at every verification for a guided policy (`guide="target"`)."""
+    if RiftConfig.coerce(config).policy_object.guided:
+        kwargs["guide"] = target_attention(target, record.sequence, record.prompt_ids.shape[1] - 1)
+    return replay(draft, record, config, **kwargs)
 
 
 def _real_rounds(target, draft, ids, config, **gen):
@@ -64,12 +72,18 @@ QUANTISED = [
 IN_ROUND = [(arch, "page-round", {"rechoose_after": 2, "block_size": 2}) for arch in ("llama", "gemma3", "qwen3_5")]
 IN_ROUND += [("llama", "page-round", {"rechoose_after": 0})]  # off: one choice per round
 
+# page-round choosing from the target's attention (`guide="target"`): replay reads the teacher-forced rows.
+GUIDED = [(arch, "page-round", {"guide": "target"}) for arch in ("llama", "gemma3", "qwen3_5")]
+GUIDED += [("llama", "page-round", {"guide": "target", "rechoose_after": 0, "prompt_chunk": 8})]
+
 # The chunked prompt pass (`prompt_chunk`): replay reads the prompt through the same chunks as the real loop.
 CHUNKED = [(arch, p, {"prompt_chunk": 8}) for arch in ("llama", "qwen3_5") for p in POLICIES if p != "full"]
 CHUNKED += [("gemma3", policy, {"prompt_chunk": 8, "prompt_budget": 9}) for policy in ("rift-dyn", "page-round")]
 
 
-@pytest.mark.parametrize(("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND + CHUNKED)
+@pytest.mark.parametrize(
+    ("arch", "policy", "fields"), [(a, p, {}) for a, p in CASES] + QUANTISED + IN_ROUND + GUIDED + CHUNKED
+)
 def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     if fields:
         pytest.importorskip("optimum.quanto")
@@ -79,7 +93,7 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     record = target_output(target, ids, NEW)
     out, real, real_stats = _real_rounds(target, draft, ids, config)
     assert torch.equal(out, record.sequence)  # lossless, so the cached output is what the real run emitted
-    stats = replay(draft, record, config)
+    stats = _replay(target, draft, record, config)
     assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real
     assert any(a < d for d, a in real) and any(a > 0 for _, a in real), "the case needs rejections and acceptances"
     assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
@@ -302,7 +316,7 @@ def test_a_shared_prefill_gives_the_rounds_of_real_runs(pairs, arch):
     for policy in POLICIES:
         config = policy_settings(policy, SMALL)
         _, real, real_stats = _real_rounds(target, draft, ids, config)
-        stats = replay(draft, record, config, prefill=prefill)
+        stats = _replay(target, draft, record, config, prefill=prefill)
         assert [(r["drafted"], r["accepted"]) for r in stats.rounds] == real, policy
         assert [e["position"] for e in stats.rescorings] == [e["position"] for e in real_stats.rescorings]
 

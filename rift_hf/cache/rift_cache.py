@@ -115,6 +115,8 @@ class RiftCache(Cache):
         self.prompt_length: int | None = None
         self.reading: PromptReading | None = None  # while a prompt is read in chunks (`reading.read_prompt`)
         self.record_past = False
+        # The target's attention at its last verification, `[positions]` (guided policies; `generation/guide.py`).
+        self.guide: torch.Tensor | None = None
         self.peak_bytes = 0  # KV held (working sets and stores), at its largest: just before a commit
         # Commit points in assisted generation: the forward after a rollback (or the prefill) feeds only verified
         # tokens; its end (`verified_length`) is where state layers snapshot and below which no rollback goes.

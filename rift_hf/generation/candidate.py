@@ -20,6 +20,7 @@ from ..cache import RiftCache
 from ..cache.reading import read_prompt
 from ..config import RiftConfig
 from .compiled import CompiledDrafting
+from .guide import TargetGuide
 from .rounds import DraftPlan
 from .stateful import VerifierCache
 from .stats import RiftStats
@@ -139,6 +140,10 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         self._candidates_at: float | None = None
         target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
+        # A guided policy chooses from the target's attention at each verification (`guide.py`).
+        self.guide = TargetGuide(target) if self.rift_config.policy_object.guided else None
+        if self.guide is not None and target is None:
+            raise ValueError(f"Policy {self.rift_config.policy!r} reads the target's attention; pass target=.")
 
     def get_candidates(self, input_ids, **kwargs):
         prompt_tokens = input_ids.shape[-1]
@@ -151,6 +156,8 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
             self.stats.payoff = self.plan.payoff.estimate
         self._round_start = input_ids.shape[-1]
         candidates = super().get_candidates(input_ids, **kwargs)
+        if self.guide is not None:
+            self.guide.start()
         self._candidates_at = time.perf_counter()  # the target's side of the round starts here
         return candidates
 
@@ -256,6 +263,9 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         return max(0, min(self.plan.draft_length.missed, fed - 1, 16))
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
+        if self.guide is not None:
+            drafted = self._pending["drafted"] if self._pending else 0
+            self.cache.guide = self.guide.finish(drafted, int(num_matches))
         super().update_candidate_strategy(input_ids, scores, num_matches)
         if self._pending is not None and self._pending["drafted"]:
             self._verified_upto = self._round_start + int(num_matches)

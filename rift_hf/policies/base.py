@@ -98,6 +98,9 @@ class Policy:
             them with `select_pages` instead of scoring every key with `score` (page-round).
         store_dtype: what `RiftConfig(store_dtype="auto")` (the default) keeps the full store in: None (the model's
             dtype) or a quantised dtype (`int8`, `int4`, `int2`).
+        guided: the candidate generator captures the target's attention at each verification and hands the drafter's
+            cache its newest verified query's weights over positions (`RiftCache.guide`, `generation/guide.py`), which
+            `select_layers` chooses from (page-round with `guide="target"`).
         refresh_at_rollback: the schedule is also consulted at the commit that follows a rollback (assisted
             generation commits twice per round: after the rollback, and after the forward that re-feeds the verified
             tokens; a policy that refreshes every round wants only the second, which has the newest query).
@@ -118,6 +121,7 @@ class Policy:
     retrieves: ClassVar[bool] = False
     summarises_pages: ClassVar[bool] = False
     refresh_at_rollback: ClassVar[bool] = True
+    guided: bool = False
     store_dtype: ClassVar[str | None] = None
     params: ClassVar[frozenset[str]] = frozenset({"window", "pool", "pool_kernel", "tokens_ahead"})
 

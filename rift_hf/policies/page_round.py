@@ -17,6 +17,14 @@ ceiling that scores each round with its own future queries keeps all of the full
 docs/results/held-out.md): only the selection's rows of the working set are swapped (`RiftStoreLayer.reselect`), over
 the pages summarised at the commit, so the drafted rows stay in flight and can still be rolled back.
 
+With `guide="target"` the pages come from the target instead (#76): in assisted generation the target verifies every
+round, reading the same tokens at the same positions with a far better model of what comes next. The candidate
+generator keeps, from each verification, the attention of the newest verified query over every position, averaged
+over the query heads of a few of the target's full-attention layers (`rift_hf.generation.guide`), and the cache holds
+it as `guide`; at the next commit page-round keeps the whole pages holding the most of it (each with its
+`pages_ahead`), the same pages for every layer and KV head. Before the first verification, and outside assisted
+generation, it chooses from the drafter's queries as above; a choice inside a round (`rechoose_after`) always does.
+
 `RiftConfig` fields read here:
 
 - score_queries (`int`, defaults to 1): for `page-round`, how many of the newest verified queries score the
@@ -25,6 +33,8 @@ the pages summarised at the commit, so the drafted rows stay in flight and can s
   after this many drafted tokens, scored with the round's queries so far (the newest `score_queries`
   verified ones and the drafted ones); only the selection's rows are swapped (0: once per round only);
   defaults to the policy's own (2 for `page-round`, 0 otherwise).
+- guide (`str`, *optional*): for `page-round`, `"target"` chooses the pages of each round from the target's
+  attention at its last verification (above); None (the default): from the drafter's own queries.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ class PageRound(WholePages, StorePolicy):
     (scored as page-retrieval scores them)."""
 
     name = "page-round"
-    params = frozenset({"window", "block_size", "pages_ahead", "score_queries", "rechoose_after"})
+    params = frozenset({"window", "block_size", "pages_ahead", "score_queries", "rechoose_after", "guide"})
     summarises_pages = True
     # A round drafts up to ~11 tokens past the newest verified query: one to two 8-token pages past the page it points
     # at. Replay on the 16 E1 prompts (4x / 8x, repeat / continue): 0.99 / 0.96 and 0.94 / 0.93 of the full cache's AL
@@ -66,6 +76,11 @@ class PageRound(WholePages, StorePolicy):
 
     def schedule(self):
         return Every(1)
+
+    @property
+    def guided(self) -> bool:
+        """Whether the candidate generator captures the target's attention for this policy (`guide="target"`)."""
+        return self.config.guide == "target"
 
     def check_params(self) -> None:
         super().check_params()
@@ -123,7 +138,32 @@ class PageRound(WholePages, StorePolicy):
             return None
         for layer in layers:
             layer.summarise_pages()
-        return self._choose(layers, cache, self.config.score_queries, layers[0].seen)
+        weights = cache.guide if self.guided else None
+        if weights is None:
+            return self._choose(layers, cache, self.config.score_queries, layers[0].seen)
+        chosen = self.guided_pages(weights, layers[0].seen - layers[0].recent_window(), cache.n_select)
+        return tuple(chosen.to(layer.device).expand(layer.pages.shape[1], -1).contiguous() for layer in layers)
+
+    def guided_pages(self, weights: torch.Tensor, hi: int, count: int) -> torch.Tensor:
+        """
+        `[1, pages * block_size]` positions: the whole pages inside `[n_sink, hi)` holding the most of `weights`
+        (`[positions]`, the target's attention; positions past its end weigh nothing), ascending.
+        """
+        page, n_sink = self.config.block_size, self.config.n_sink
+        last = max(0, (hi - n_sink) // page)
+        n_pick = min(count // page, last)
+        if n_pick <= 0:
+            return torch.empty(1, 0, dtype=torch.long)
+        span = weights.new_zeros(last * page)
+        have = max(0, min(weights.shape[0] - n_sink, last * page))
+        span[:have] = weights[n_sink : n_sink + have]
+        pages = span.view(last, page).sum(-1)[None]
+        if self.config.pages_ahead:
+            picked = rank_pages_ahead(pages, self.config.pages_ahead)[:, :n_pick]
+        else:
+            picked = pages.topk(n_pick, dim=-1).indices
+        picked = picked.sort(dim=-1).values
+        return (n_sink + picked[:, :, None] * page + torch.arange(page)).flatten(1)
 
     def rechoose_layers(self, layers: list, cache, drafted: int) -> tuple[torch.Tensor | None, ...]:
         """

@@ -52,6 +52,11 @@ def threshold(name: str, value) -> None:
         )
 
 
+def guide(name: str, value) -> None:
+    if value not in (None, "target"):
+        raise ValueError(f"`{name}` must be None (the drafter's own queries choose) or 'target', got {value!r}.")
+
+
 CHECKS: dict[str, Callable[[str, object], None]] = {
     "window": positive_int,
     "pool": pooling,
@@ -70,4 +75,5 @@ CHECKS: dict[str, Callable[[str, object], None]] = {
     "entropy_threshold": threshold,
     "drift_threshold": threshold,
     "snapkv_grow": flag,
+    "guide": guide,
 }
