@@ -111,8 +111,8 @@ class TargetGuide:
         position it attends; None if nothing was captured.
         """
         self.stop()
-        rows = []
-        for query, key, scale in self.captured.values():
+        rows, captured, self.captured = [], self.captured, {}
+        for query, key, scale in captured.values():
             length, span = query.shape[2], key.shape[2]
             row = length - (drafted + 1) + accepted
             if not 0 <= row < length:
@@ -122,7 +122,6 @@ class TargetGuide:
             q = query[0, :, row].float().view(heads, groups, -1)
             logits = torch.einsum("hgd,hsd->hgs", q, key[0, :, :seen].float()) * scale
             rows.append(logits.softmax(-1).mean((0, 1)))
-        self.captured = {}
         if not rows:
             return None
         seen = min(r.shape[0] for r in rows)

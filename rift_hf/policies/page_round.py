@@ -153,7 +153,7 @@ class PageRound(WholePages, StorePolicy):
         last = max(0, (hi - n_sink) // page)
         n_pick = min(count // page, last)
         if n_pick <= 0:
-            return torch.empty(1, 0, dtype=torch.long)
+            return torch.empty(1, 0, dtype=torch.long, device=weights.device)
         span = weights.new_zeros(last * page)
         have = max(0, min(weights.shape[0] - n_sink, last * page))
         span[:have] = weights[n_sink : n_sink + have]
@@ -163,7 +163,7 @@ class PageRound(WholePages, StorePolicy):
         else:
             picked = pages.topk(n_pick, dim=-1).indices
         picked = picked.sort(dim=-1).values
-        return (n_sink + picked[:, :, None] * page + torch.arange(page)).flatten(1)
+        return (n_sink + picked[:, :, None] * page + torch.arange(page, device=picked.device)).flatten(1)
 
     def rechoose_layers(self, layers: list, cache, drafted: int) -> tuple[torch.Tensor | None, ...]:
         """
