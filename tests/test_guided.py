@@ -121,3 +121,14 @@ def test_guided_sampling_runs_and_keeps_the_targets_backend(pair):
         cache_implementation="rift", cache_config=GUIDED,
     )  # fmt: skip
     assert out.shape[1] == PROMPT + 16 and target.config._attn_implementation == own
+
+
+def test_a_target_left_on_the_guided_backend_is_put_back_on_its_own(pair):
+    target, _ = pair
+    own = target.config._attn_implementation
+    guide = guide_module.TargetGuide(target)
+    guide.start()  # a call that never finished its verification
+    stale = guide_module.TargetGuide(target)
+    stale.start()
+    stale.stop()
+    assert target.config._attn_implementation == own and not guide_module._CAPTURING

@@ -81,6 +81,12 @@ class TargetGuide:
             for module in target.modules()
             if getattr(module, "layer_idx", None) in self.layers and hasattr(module, "num_key_value_groups")
         }
+        if not self.modules:
+            raise ValueError(
+                f"guide='target' found no attention module of {type(target).__name__} for layers {self.layers} (it "
+                "reads modules with `layer_idx` and `num_key_value_groups`, as transformers' decoder models have); "
+                "drop guide='target' for this target."
+            )
         self.target = target
         self.captured: dict[int, tuple] = {}
         self._restore: str | None = None
@@ -92,7 +98,8 @@ class TargetGuide:
         if own.startswith(PREFIX):  # left switched by a call that did not finish
             own = own[len(PREFIX) :]
         self.captured = {}
-        self._restore = config._attn_implementation
+        top = config._attn_implementation
+        self._restore = top[len(PREFIX) :] if isinstance(top, str) and top.startswith(PREFIX) else top
         config._attn_implementation = guided_name(own)
         for key in self.modules:
             _CAPTURING[key] = self
