@@ -124,15 +124,23 @@ class TargetGuide:
             row = length - (drafted + 1) + accepted
             if not 0 <= row < length:
                 return None
-            heads, groups = key.shape[1], query.shape[1] // key.shape[1]
             seen = span - length + row + 1  # causal: what that query attends
-            q = query[0, :, row].float().view(heads, groups, -1)
-            logits = torch.einsum("hgd,hsd->hgs", q, key[0, :, :seen].float()) * scale
-            rows.append(logits.softmax(-1).mean((0, 1)))
+            rows.append(attention_rows(query[:, :, row : row + 1], key[:, :, :seen], scale, seen - 1)[0])
         if not rows:
             return None
         seen = min(r.shape[0] for r in rows)
         return torch.stack([r[:seen] for r in rows]).mean(0)
+
+
+def attention_rows(query: torch.Tensor, key: torch.Tensor, scale: float, first: int) -> torch.Tensor:
+    """`[R, S]` float32: the attention of queries `[1, H_q, R, D]` at positions `first ..` over keys `[1, H_kv, S, D]`,
+    causal (a query attends positions up to its own), softmax per query head, averaged over the heads."""
+    heads, groups, rows = key.shape[1], query.shape[1] // key.shape[1], query.shape[2]
+    q = query[0].float().view(heads, groups, rows, -1)
+    logits = torch.einsum("hgrd,hsd->hgrs", q, key[0].float()) * scale
+    positions = torch.arange(key.shape[2], device=logits.device)
+    visible = positions <= torch.arange(first, first + rows, device=logits.device)[:, None]
+    return logits.masked_fill(~visible, float("-inf")).softmax(-1).mean((0, 1))
 
 
 def target_attention(target, sequence: torch.Tensor, first: int, count: int = 4, rows_per_pass: int = 64):
@@ -153,15 +161,8 @@ def target_attention(target, sequence: torch.Tensor, first: int, count: int = 4,
     span = sequence.shape[1]
     out = torch.zeros(span - first, span)
     for query, key, scale in guide.captured.values():
-        heads, groups = key.shape[1], query.shape[1] // key.shape[1]
-        keys = key[0].float()
         for start in range(first, span, rows_per_pass):
             stop = min(span, start + rows_per_pass)
-            q = query[0, :, start:stop].float().view(heads, groups, stop - start, -1)
-            logits = torch.einsum("hgrd,hsd->hgrs", q, keys) * scale
-            device = logits.device
-            visible = torch.arange(span, device=device) <= torch.arange(start, stop, device=device)[:, None]
-            logits = logits.masked_fill(~visible, float("-inf"))
-            out[start - first : stop - first] += logits.softmax(-1).mean((0, 1)).cpu()
+            out[start - first : stop - first] += attention_rows(query[:, :, start:stop], key, scale, start).cpu()
     guide.captured = {}
     return out / max(1, len(guide.layers))
