@@ -3,6 +3,7 @@
     python -m benchmarks.end_to_end run --input-tokens 16384 --new-tokens 512 --per-task 4 --passes 2 --out DIR
     python -m benchmarks.end_to_end table DIR [--readme README.md --block end-to-end]
     python -m benchmarks.end_to_end where DIR... [--readme FILE --block where-it-pays]
+    python -m benchmarks.end_to_end rounds DIR  (what a round costs per rift setting, at one draft length)
 
 Per prompt and pass, every setting runs one whole `generate` call (both models' prompt forwards and decoding), timed
 end to end; from the same run, hooks on the two models split off each model's prompt forward:
@@ -23,7 +24,8 @@ they finish (a run resumes where it stopped). Each row: `setting`, `pass`, `prom
 `new_tokens`, `end_to_end_seconds`, `decode_seconds` (the call less both prompt forwards), `prompt_forward_seconds`
 (per model: the target's first forward, which in assisted generation also verifies the first drafts; the drafter's
 forwards of more than one token before its first one-token step: its prompt pass, in chunks or whole),
-`same_as_target` (the tokens equal the target alone's in the same pass), and for rift `stepped_aside`, AL and rounds.
+`same_as_target` (the tokens equal the target alone's in the same pass), and for rift `stepped_aside`, AL, rounds and
+each round's drafts, acceptance and seconds on either side (`round_seconds`).
 """
 
 from __future__ import annotations
@@ -150,6 +152,12 @@ def call(setting: str, target, draft, ids: torch.Tensor, new_tokens: int) -> tup
             policy=stats.policy,
             peak_bytes=stats.peak_bytes,
             prompt_chunks=stats.prompt_chunks,
+            # each round: drafts, accepted, the drafter's seconds (its forwards and commits, refreshes included), the
+            # target's seconds (verification, and what happens between: a guide's `finish`)
+            round_seconds=[
+                [r["drafted"], r["accepted"], r["draft_seconds"], r.get("verify_seconds")] for r in stats.rounds
+            ],
+            refresh_seconds=sum(event["seconds"] for event in stats.rescorings),
         )
     return out, row
 
@@ -298,6 +306,67 @@ def table(rows: list[dict]) -> str:
     return head + pipe_table(headers, body) + "\n"
 
 
+def _at_length(rounds: list[list], column: int, k: float) -> float:
+    """Seconds in `column` of `rounds` (`round_seconds` items) for a round drafting `k` tokens: a least-squares line
+    over the drafts of each round (the mean where every round drafted alike)."""
+    import numpy
+
+    drafted = numpy.array([r[0] for r in rounds], dtype=float)
+    seconds = numpy.array([r[column] for r in rounds], dtype=float)
+    if len(set(drafted.tolist())) < 2:
+        return float(seconds.mean())
+    slope, intercept = numpy.polyfit(drafted, seconds, 1)
+    return float(intercept + slope * k)
+
+
+def round_costs(rows: list[dict]) -> str:
+    """
+    What a round costs per rift setting, at one draft length for all: the drafter's seconds (forwards, commits,
+    refreshes) and the target's (verification, and what runs before the next round drafts) of every round that drafted
+    after a call's first (whose target side holds the prompt forward), each a line over the round's drafts, read at
+    the median draft of every setting's rounds; per pass, then the lowest and highest pass. `vs first`: the round's
+    seconds over the first setting's in the same pass.
+    """
+    from lab.tables import pipe_table
+
+    rift = [r for r in rows if r.get("round_seconds")]
+    settings = list(dict.fromkeys(r["setting"] for r in rift))
+    passes = sorted({r["pass"] for r in rift})
+    rounds = {(s, i): [] for s in settings for i in passes}
+    for r in rift:
+        rounds[r["setting"], r["pass"]] += [x for x in r["round_seconds"][1:] if x[0] and x[3]]
+    if not any(rounds.values()):
+        return "No round drafted after a call's first.\n"
+    k = statistics.median(x[0] for these in rounds.values() for x in these)
+    cost = {key: (_at_length(v, 2, k), _at_length(v, 3, k)) for key, v in rounds.items() if v}
+    settings = [s for s in settings if any((s, i) in cost for i in passes)]
+    body = []
+    for setting in settings:
+        mine = [cost[setting, i] for i in passes if (setting, i) in cost]
+        both = [i for i in passes if (setting, i) in cost and (settings[0], i) in cost]
+        ratio = [sum(cost[setting, i]) / sum(cost[settings[0], i]) for i in both]
+        n = sum(len(rounds[setting, i]) for i in passes)
+        refresh = sum(r["refresh_seconds"] for r in rift if r["setting"] == setting)
+        body.append(
+            [
+                setting,
+                str(n),
+                _spread([1e3 * d for d, _ in mine], "{:.0f}"),
+                _spread([1e3 * v for _, v in mine], "{:.0f}"),
+                _spread([1e3 * (d + v) for d, v in mine], "{:.0f}"),
+                _spread(ratio, "{:.3f}"),
+                f"{1e3 * refresh / max(1, sum(len(r['round_seconds']) for r in rift if r['setting'] == setting)):.1f}",
+            ]
+        )
+    head = (
+        f"Rounds at {k:g} drafts ({len({r['prompt'] for r in rift})} prompts, {rift[0]['input_tokens']} input tokens, "
+        f"{rift[0]['dtype']}, {rift[0]['machine']}, {len(passes)} interleaved passes; mean over passes, in brackets "
+        "the lowest and highest pass).\n\n"
+    )
+    headers = ["setting", "rounds", "drafter ms", "target ms", "round ms", "vs first", "refresh ms / round"]
+    return head + pipe_table(headers, body) + "\n"
+
+
 def phases(rows: list[dict]) -> dict:
     """Per (input length to the nearest thousand, regime, setting): mean seconds of the target's prompt forward, the
     drafter's prompt pass and the rest of the call per new token, over a run's prompts and passes."""
@@ -390,6 +459,8 @@ def main(argv=None) -> None:
     show.add_argument("folder", type=Path)
     show.add_argument("--readme", type=Path, help="write the table into this file's block (--block)")
     show.add_argument("--block", default="end-to-end")
+    cost = sub.add_parser("rounds", help="what a round costs per rift setting, at one draft length")
+    cost.add_argument("folder", type=Path)
     pays = sub.add_parser("where", help="speed-up by input length and new tokens, with break-even output lengths")
     pays.add_argument("folders", type=Path, nargs="+")
     pays.add_argument("--out", type=Path, help="also write the table here")
@@ -405,6 +476,11 @@ def main(argv=None) -> None:
 
             records = "".join(f"<!-- record: {Path(f).as_posix()} -->\n" for f in args.folders)
             write_into_readme(records + text, args.readme, args.block)
+        print(text)
+        return
+    if args.command == "rounds":
+        text = round_costs(read_rows(args.folder))
+        (args.folder / "rounds.md").write_text(text)
         print(text)
         return
     if args.command == "run":

@@ -25,6 +25,10 @@ def test_end_to_end_times_whole_calls_in_interleaved_passes(tmp_path):
             assert row["prompt_forward_seconds"]["draft"] > 0  # the drafter read the prompt
         if row["setting"].startswith("default@"):
             assert row["prompt_chunks"] > 1 and not row["stepped_aside"]
+            # every round's drafts, acceptance and seconds on both sides, as many rounds as the row counts
+            assert len(row["round_seconds"]) == row["rounds"] and row["refresh_seconds"] >= 0
+            assert sum(d for d, *_ in row["round_seconds"]) == row["drafted"]
+            assert all(0 <= a <= d and (s > 0 or d == 0) for d, a, s, _ in row["round_seconds"])
     # Resumes: nothing left to run, no row added.
     end_to_end.main(argv)
     assert len(end_to_end.read_rows(out)) == len(rows)
@@ -34,6 +38,12 @@ def test_end_to_end_times_whole_calls_in_interleaved_passes(tmp_path):
     readme.write_text("x\n<!-- end-to-end:start -->\n<!-- end-to-end:end -->\n")
     end_to_end.main(["table", str(out), "--readme", str(readme)])
     assert f"<!-- record: {out.as_posix()} -->" in readme.read_text() and text in readme.read_text()
+    # What a round costs, per rift setting that drafted (`full` and the default without its step-aside rule).
+    end_to_end.main(["rounds", str(out)])
+    costs = (out / "rounds.md").read_text()
+    assert "| full " in costs and "| default@step_aside=false" in costs and "Rounds at " in costs
+    first = costs.split("|---")[-1].split("\n")[1]  # the first setting's line: against itself
+    assert first.split("|")[6].strip().startswith("1.000"), costs
     # Where it pays: the measured output length exact, the others computed from the phases.
     pays = end_to_end.where_it_pays([out], new_tokens=(8, 64))
     assert "| ~0K " in pays or "| ~0.2K " in pays
