@@ -248,7 +248,7 @@ def run(
     compressions = checked_run(preset, compressions)
     if teacher not in ("self", "target"):
         raise ValueError(f"`teacher` must be 'self' (the drafter's full-context logits) or 'target', got {teacher!r}.")
-    if not RiftConfig(policy=policy).policy_object.compresses:  # an unknown policy fails here too, before any work
+    if not RiftConfig(policy=policy).policy_type.compresses:  # an unknown policy fails here too, before any work
         raise ValueError(f"`policy` must be a compressing policy to train for, got {policy!r}.")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -156,7 +156,7 @@ def replay_compare(
     for prompt, record, compression, policy in tqdm(todo, desc="replay"):
         # An uncompressed cache does not depend on the compression: its row at another compression is reused.
         same = [done[c][prompt.name, policy] for c in sizes if (prompt.name, policy) in done[c]]
-        if same and not configs[compression, policy].policy_object.compresses:
+        if same and not configs[compression, policy].policy_type.compresses:
             row = same[0]
         else:
             if prefill_of != prompt.name:
@@ -167,7 +167,7 @@ def replay_compare(
                 if prefill is None or not prefill.serves(draft, largest_window):
                     prefill = capture_prefill(draft, record, largest_window)
             extra = {}
-            if configs[compression, policy].policy_object.guided:
+            if configs[compression, policy].is_guided:
                 if guide_of != prompt.name:
                     if target is None:
                         target = load_model(PRESETS[preset][0], getattr(torch, target_dtype))

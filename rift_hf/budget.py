@@ -11,8 +11,7 @@ import math
 
 import torch
 
-from .policies import policy_class
-from .policies.auto import Auto
+from .policies import is_resolver, policy_class
 from .storage import Quantizer
 
 # The drafter reads a prompt in chunks of this many tokens by default (`RiftConfig.prompt_chunk`)...
@@ -36,9 +35,8 @@ def fit(config, prompt_length: int):
     prompt; the window and block size then shrink to fit it (and `n_sink` to below it), so the defaults work on any
     prompt. An int budget is checked at construction and never changed.
     """
-    if config.policy == "auto":
-        unset = {"block_size": None, "pages_ahead": None, "rechoose_after": None}  # the chosen policy's own
-        return fit(dataclasses.replace(config, **unset, **Auto.choice(prompt_length)), prompt_length)
+    if is_resolver(config.policy):
+        return fit(policy_class(config.policy).resolve(config, prompt_length), prompt_length)
     if config.prompt_chunk is None and config.prompt_budget is None and prompt_length > CHUNKED_UP_TO:
         config = dataclasses.replace(config, prompt_chunk=0)
     policy = policy_class(config.policy)
@@ -56,7 +54,7 @@ def fit(config, prompt_length: int):
 def resolve(config, prompt_length: int) -> int | float:
     """The budget in tokens for a prompt of `prompt_length` tokens, validated (a short prompt's may be too small for
     the config as given: `fit` it first); `math.inf` for a policy that does not compress."""
-    if config.policy == "auto":
+    if is_resolver(config.policy):
         config = fit(config, prompt_length)
     policy = config.policy_object
     if not policy.compresses:

@@ -7,13 +7,12 @@ field here, so a run can be reproduced from its config alone.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from dataclasses import dataclass
 
 from .budget import CHUNKED_UP_TO, DEFAULT_CHUNK, fit, resolve
 from .config_checks import EQUAL_BYTES_DTYPES, MAX_TOKENS, STORE_DTYPES, TOKEN_FIELDS, check, check_sizes
 from .config_files import CONFIG_NAME, ConfigFiles, confined
-from .policies import Policy, policy_class, policy_fields, policy_names, policy_settings
+from .policies import Policy, is_resolver, policy_class, policy_fields, policy_names, policy_settings
 
 __all__ = [
     "CHUNKED_UP_TO", "CONFIG_NAME", "DEFAULT_CHUNK", "EQUAL_BYTES_DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS",
@@ -152,13 +151,6 @@ class RiftConfig(ConfigFiles):
     compile: bool = False
 
     def __post_init__(self):
-        for item in dataclasses.fields(self):  # numpy (or other) scalars are numbers like Python's own
-            value = getattr(self, item.name)
-            if isinstance(value, numbers.Number) and type(value) not in (int, float, bool):
-                if isinstance(value, numbers.Integral):
-                    self._set(item.name, bool(value) if type(value).__name__.startswith("bool") else int(value))
-                elif isinstance(value, numbers.Real):
-                    self._set(item.name, float(value))
         check(self)
 
     def _set(self, name: str, value) -> None:
@@ -188,8 +180,19 @@ class RiftConfig(ConfigFiles):
         return 0 if self.kv_dtype is not None else max(DEFAULT_CHUNK, self.window)
 
     @property
+    def policy_type(self) -> type:
+        """The class `policy` names: a `Policy`, or a resolver (`auto`) whose class attributes say what the policies it
+        may pick share (scored, keeps_store ...)."""
+        return policy_class(self.policy)
+
+    @property
     def policy_object(self) -> Policy:
         """The registered policy class named by `policy`, bound to this config."""
+        if is_resolver(self.policy):
+            raise ValueError(
+                f"policy={self.policy!r} picks a policy by the prompt's length, so this config has none yet: use "
+                "`config.fitted(prompt_length).policy_object` (or `config.policy_type` for what its choices share)."
+            )
         return policy_class(self.policy)(self)
 
     @property
@@ -197,13 +200,14 @@ class RiftConfig(ConfigFiles):
         return policy_class(self.policy).scored
 
     @property
+    def is_guided(self) -> bool:
+        """Whether the target's attention chooses the drafter's pages (`Policy.guided`; `auto` picks unguided ones)."""
+        return not is_resolver(self.policy) and self.policy_object.guided
+
+    @property
     def keeps_store(self) -> bool:
         """Whether the full draft KV is kept (rescoring policies, or the staleness measurement)."""
         return policy_class(self.policy).keeps_store or self.track_attention_mass
-
-    def check_budget(self, budget: int) -> None:
-        """Raise if `budget` tokens cannot hold the sinks and the observation window."""
-        self.policy_object.check_budget(budget)
 
     def fitted(self, prompt_length: int) -> RiftConfig:
         """This config for a prompt of `prompt_length` tokens: `auto`'s choice made, sizes shrunk to a short prompt's
@@ -214,9 +218,6 @@ class RiftConfig(ConfigFiles):
         """The budget in tokens for a prompt of `prompt_length` tokens, `math.inf` for a policy that does not compress
         (`rift_hf.budget.resolve`)."""
         return resolve(self, prompt_length)
-
-    def effective_rho(self, budget: int) -> float:
-        return self.rho if self.rho is not None else self.policy_object.default_rho(budget)
 
     def recent_tokens(self, budget: int) -> int:
         """R: the size of the rolling window of most recent tokens for a resolved `budget`."""

@@ -4,8 +4,9 @@ is frozen once checked. Policy-specific rules live with the policy (`Policy.chec
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
-from .policies import policy_class, policy_names
+from .policies import is_resolver, policy_class, policy_names
 from .policies.params import positive_int
 
 # What a quantised full store may be kept in (optimum-quanto); None keeps the model's dtype.
@@ -29,6 +30,13 @@ def _store_policies() -> str:
 def check(config) -> None:
     """Check `config` (a `RiftConfig` being made) and fill in what its policy decides (`block_size`, `pages_ahead`,
     `rechoose_after`, `store_dtype="auto"`): a `TypeError` or `ValueError` naming the fix otherwise."""
+    for item in dataclasses.fields(config):  # numpy (or other) scalars are numbers like Python's own
+        value = getattr(config, item.name)
+        if isinstance(value, numbers.Number) and type(value) not in (int, float, bool):
+            if isinstance(value, numbers.Integral):
+                config._set(item.name, bool(value) if type(value).__name__.startswith("bool") else int(value))
+            elif isinstance(value, numbers.Real):
+                config._set(item.name, float(value))
     if not isinstance(config.policy, str):
         raise TypeError(f"`policy` must be a policy name such as 'rift-stat', got {config.policy!r}.")
     policy_class(config.policy)  # raises on an unknown name
@@ -96,11 +104,14 @@ def check(config) -> None:
             f"`draft_length` must be 'auto' (cost-aware, per round) or 'fixed' (transformers' "
             f"num_assistant_tokens schedule), got {config.draft_length!r}."
         )
+    if is_resolver(config.policy):  # `auto`: valid if valid for each policy it may pick
+        policy_class(config.policy).check(config)
+        return
     config.policy_object.check_params()  # the fields the policy reads, and its own rules between them
     if config.compile:
         check_compile(config)
     if isinstance(config.budget, int):
-        config.check_budget(config.budget)
+        config.policy_object.check_budget(config.budget)
 
 
 def check_sizes(config, limit: int, what: str) -> None:

@@ -320,7 +320,7 @@ def replay(
     if gamma < 1:
         raise ValueError(f"gamma must be >= 1, got {gamma}.")
     check_replayable(draft)
-    guided = config.policy_object.guided
+    guided = config.is_guided
     if guided and guide is None:
         raise ValueError(
             f"Policy {config.policy!r} chooses from the target's attention at each verification; pass "

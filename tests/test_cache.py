@@ -197,7 +197,7 @@ def test_each_policy_gets_the_layer_class_of_its_mode():
     from rift_hf import POLICIES, RiftLayer, RiftRetrievalLayer, RiftSelectLayer, RiftStoreLayer
 
     for name in POLICIES:
-        policy = RiftConfig(policy=name).policy_object
+        policy = RiftConfig(policy=name).policy_type  # for auto: what both of its choices are
         cache = RiftCache(llama_config(), {"policy": name})
         want = RiftRetrievalLayer if policy.retrieves else RiftStoreLayer if policy.keeps_store else RiftSelectLayer
         assert {type(layer) for layer in cache.rift_layers} == {want}, name

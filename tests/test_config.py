@@ -246,3 +246,32 @@ def test_auto_refuses_a_field_only_one_of_its_policies_reads(field, value):
     with pytest.raises(ValueError, match=f"does not read `{field}`"):
         RiftConfig(**{field: value})
     RiftConfig(policy="rift-dyn" if field in ("tokens_ahead", "delta") else "page-round", **{field: value})
+
+
+def test_auto_is_a_resolver_not_a_policy():
+    """`auto` has no policy object until the prompt's length picks one; what is known before is what both of its
+    choices share, and a config naming it is valid only if it is valid for each."""
+    from rift_hf.policies import Policy, is_resolver, policy_class, register_resolver
+    from rift_hf.policies.auto import LONG_PROMPT, Auto
+
+    assert is_resolver("auto") and not issubclass(Auto, Policy) and not is_resolver("page-round")
+    with pytest.raises(ValueError, match=r"fitted\(prompt_length\)\.policy_object"):
+        _ = RiftConfig().policy_object
+    for lengths, chosen in Auto.choices().items():
+        kind = policy_class(chosen["policy"])
+        assert issubclass(kind, Auto.mode), lengths
+        for trait in ("compresses", "scored", "keeps_store", "retrieves"):
+            assert getattr(Auto, trait) == getattr(kind, trait), (lengths, trait)
+        assert not RiftConfig().fitted(LONG_PROMPT - 1 if lengths.startswith("<") else LONG_PROMPT).is_guided
+        assert Auto.params <= kind.params and kind.store_dtype in (None, Auto.store_dtype)
+    assert RiftConfig().fitted(LONG_PROMPT).policy_object.name == "rift-dyn" and not RiftConfig().is_guided
+    assert RiftConfig(policy="page-round", guide="target").is_guided and not RiftConfig(policy="page-round").is_guided
+    # valid for one choice only: refused at construction, naming the choice (a window the rift-dyn budget cannot hold)
+    with pytest.raises(ValueError, match="resolves to"):
+        RiftConfig(budget=40, window=48)
+    with pytest.raises(TypeError, match="must define `resolve`"):
+
+        @register_resolver
+        class NotOne(Policy):
+            name = "test-not-a-resolver"
+            resolve = staticmethod(lambda config, n: config)

@@ -145,7 +145,8 @@ def test_a_policys_mode_is_its_base_class_and_a_flag_cannot_contradict_it():
 
     layer = {Policy: RiftSelectLayer, StorePolicy: RiftStoreLayer, RetrievalPolicy: RiftRetrievalLayer}
     for name in POLICIES:
-        mode = next(base for base in (RetrievalPolicy, StorePolicy, Policy) if issubclass(policy_class(name), base))
+        kind = policy_class(name)
+        mode = next(b for b in (RetrievalPolicy, StorePolicy, Policy) if issubclass(getattr(kind, "mode", kind), b))
         cache = RiftCache(LlamaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2), preset(name))
         assert type(cache.layers[0]) is layer[mode], name
 

@@ -69,7 +69,7 @@ def test_chunked_prompt_pass_is_lossless_and_bounded_while_it_reads(pairs, arch,
     out = _generate(target, draft, ids, _config(policy))
     assert torch.equal(out, reference)
     stats = rift_hf.last_stats(target)
-    if RiftConfig(policy=policy).policy_object.retrieves:  # page-retrieval keeps every token: one forward
+    if RiftConfig(policy=policy).policy_type.retrieves:  # page-retrieval keeps every token: one forward
         assert stats.prompt_chunks == 0 and not reading_log
         return
     assert stats.prompt_chunks == -(-(PROMPT - 1) // CHUNK)  # all but the last token, in chunks

@@ -32,7 +32,7 @@ def _pair(pairs, arch, dtype=torch.float32):
 
 def _replay(target, draft, record, config, **kwargs):
     """`replay`, with the target's attention at every verification for a guided policy (`guide="target"`)."""
-    if RiftConfig.coerce(config).policy_object.guided:
+    if RiftConfig.coerce(config).is_guided:
         kwargs["guide"] = target_attention(target, record.sequence, record.prompt_ids.shape[1] - 1)
     return replay(draft, record, config, **kwargs)
 
@@ -105,7 +105,7 @@ def test_replay_rounds_equal_real_assisted_rounds(pairs, arch, policy, fields):
     assert stats.budget == real_stats.budget
     assert stats.peak_kv_bytes == real_stats.peak_kv_bytes
     assert stats.peak_bytes == real_stats.peak_bytes
-    reads_in_chunks = bool(fields.get("prompt_chunk")) and not RiftConfig(policy=policy).policy_object.retrieves
+    reads_in_chunks = bool(fields.get("prompt_chunk")) and not RiftConfig(policy=policy).policy_type.retrieves
     assert (real_stats.prompt_chunks > 0) == reads_in_chunks
 
 

@@ -31,8 +31,8 @@ class LayerCache(Protocol):
     prompt is read in chunks), the refresh clock, and the scorer's view of a query."""
 
     config: RiftConfig
-    policy: Policy
-    schedule: Schedule
+    policy: Policy | None  # None only before `auto` has chosen (no layer reads it then)
+    schedule: Schedule | None
     prompt_length: int | None
     budget: int | float
     recent: int
@@ -43,40 +43,15 @@ class LayerCache(Protocol):
     def scoring_query(self, layer_idx: int, query: torch.Tensor) -> torch.Tensor: ...
 
 
-class RiftLayer(CacheLayerMixin):
-    """
-    A full-attention cache layer compressed to `budget` past entries per KV head; the subclass is the policy's mode:
-    `RiftSelectLayer` (selects once, from the prompt), `RiftStoreLayer` (a full store, re-selected from),
-    `RiftRetrievalLayer` (every token kept, each query attends its own pages). `working` is the `WorkingSet` the
-    attention reads (`keys`/`values` `[B, H_kv, N, D]` and `positions` `[H_kv, N]` are views of its used rows): sinks
-    and selection, a ring for the recent window (unbounded until the first compression), then the rows written since
-    the last commit. `store` keeps every token where the policy or the attention-mass measurement needs it.
-    """
+class StorageViews:
+    """Read-only views of a compressed layer's storage, what transformers, the backend and the policies read: the
+    working set's used rows (the cache-layer mixin's `keys`/`values` are views here, not tensors of their own), the
+    store's, the recent queries, and the positions each query attended."""
 
-    is_croppable = True
-    # Rows reserved past the budget for the tokens of one drafting round (a longer round grows the buffer).
-    HEADROOM = 32
+    working: WorkingSet | None
+    store: Rows | QuantizedRows | None
+    recent_queries: RecentRows
 
-    def __init__(self, cache: LayerCache, layer_idx: int):
-        self.is_initialized = False  # all the mixin's __init__ sets besides keys/values, which are views here
-        self.cache = cache
-        self.layer_idx = layer_idx
-        self.seen = 0
-        self.committed = 0  # stored entries at the last commit; rollback may not go below
-        self.working: WorkingSet | None = None
-        self.store: Rows | QuantizedRows | None = None
-        self.compressed = False
-        self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
-        # The last w verified queries and those since the last commit (for rescoring, drift); grown as queries come.
-        self.recent_queries = RecentRows(min(cache.config.window, 256) + 2 * self.HEADROOM)
-        self.scale: float | None = None
-        self.sinks: torch.Tensor | None = None
-        self.record_past = False
-        self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
-        self.indexed = False  # the backend attends the store in place (`RiftStoreLayer` with `attend_in_place`)
-        self.returned_keys: torch.Tensor | None = None
-
-    # Views of the storage (the mixin's `keys`/`values` attributes are read-only views of the working set here).
     @property
     def keys(self) -> torch.Tensor | None:
         return None if self.working is None else self.working.used_keys
@@ -117,6 +92,40 @@ class RiftLayer(CacheLayerMixin):
     @property
     def store_values(self) -> torch.Tensor | None:
         return None if self.store is None else self.store.used_values
+
+
+class RiftLayer(StorageViews, CacheLayerMixin):
+    """
+    A full-attention cache layer compressed to `budget` past entries per KV head; the subclass is the policy's mode:
+    `RiftSelectLayer` (selects once, from the prompt), `RiftStoreLayer` (a full store, re-selected from),
+    `RiftRetrievalLayer` (every token kept, each query attends its own pages). `working` is the `WorkingSet` the
+    attention reads (`keys`/`values` `[B, H_kv, N, D]` and `positions` `[H_kv, N]` are views of its used rows): sinks
+    and selection, a ring for the recent window (unbounded until the first compression), then the rows written since
+    the last commit. `store` keeps every token where the policy or the attention-mass measurement needs it.
+    """
+
+    is_croppable = True
+    # Rows reserved past the budget for the tokens of one drafting round (a longer round grows the buffer).
+    HEADROOM = 32
+
+    def __init__(self, cache: LayerCache, layer_idx: int):
+        self.is_initialized = False  # all the mixin's __init__ sets besides keys/values, which are views here
+        self.cache = cache
+        self.layer_idx = layer_idx
+        self.seen = 0
+        self.committed = 0  # stored entries at the last commit; rollback may not go below
+        self.working: WorkingSet | None = None
+        self.store: Rows | QuantizedRows | None = None
+        self.compressed = False
+        self.selected: torch.Tensor | None = None  # [H_kv, S] positions picked by the scorer
+        # The last w verified queries and those since the last commit (for rescoring, drift); grown as queries come.
+        self.recent_queries = RecentRows(min(cache.config.window, 256) + 2 * self.HEADROOM)
+        self.scale: float | None = None
+        self.sinks: torch.Tensor | None = None
+        self.record_past = False
+        self.mass_log: list[tuple[int, float]] = []  # (position, share of attention mass kept), measurement mode
+        self.indexed = False  # the backend attends the store in place (`RiftStoreLayer` with `attend_in_place`)
+        self.returned_keys: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device

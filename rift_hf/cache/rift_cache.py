@@ -13,7 +13,7 @@ from transformers.cache_utils import (
 
 from ..budget import layout
 from ..config import RiftConfig
-from ..policies import RetrievalPolicy, StorePolicy
+from ..policies import RetrievalPolicy, Signals, StorePolicy, is_resolver
 from ..policies.selection_head import SelectionHead
 from ..storage import check_group_sizes
 from .layer import RiftLayer
@@ -37,13 +37,13 @@ def build_layers(cache: RiftCache, config) -> list:
     check_group_sizes(
         cache.config, getattr(decoder, "head_dim", None) or decoder.hidden_size // decoder.num_attention_heads
     )
-    policy = cache.config.policy_object
-    # The layer class follows from the policy's mode (its base class).
+    # The layer class follows from the policy's mode: its base class (for `auto`, the base its choices share).
+    mode = getattr(cache.config.policy_type, "mode", cache.config.policy_type)
     compressed = (
         RiftRetrievalLayer
-        if isinstance(policy, RetrievalPolicy)
+        if issubclass(mode, RetrievalPolicy)
         else RiftStoreLayer
-        if isinstance(policy, StorePolicy)
+        if issubclass(mode, StorePolicy)
         else RiftSelectLayer
     )
     layer_types, per_layer_kwargs = get_layer_types_and_kwargs(decoder)
@@ -66,8 +66,14 @@ def build_layers(cache: RiftCache, config) -> list:
 def use_policy(cache: RiftCache, config: RiftConfig) -> None:
     """Give `cache` `config` and its policy, with that policy's refresh clock (schedule, signals; the events list
     stays, as a RiftStats holds it) and whether the layers record their queries: at construction, and again once the
-    prompt is seen (the fitted config; `auto` has then chosen its policy)."""
-    cache.config, cache.policy = config, config.policy_object
+    prompt is seen (the fitted config; `auto` has then chosen its policy, and until then there is none)."""
+    cache.config = config
+    if is_resolver(config.policy):  # no policy, no schedule yet; the rounds' signals are logged all the same
+        cache.policy = cache.refresh = cache.schedule = None
+        cache.signals = Signals(alpha=config.al_alpha, entropy_window=config.check_interval)
+        cache.records_queries = False
+        return
+    cache.policy = config.policy_object
     cache.refresh = Refresh(cache.policy, config, cache.events)
     cache.schedule, cache.signals = cache.refresh.schedule, cache.refresh.signals
     cache.records_queries = config.keeps_store or cache.schedule.needs_drift

@@ -141,7 +141,7 @@ class RiftCandidateGenerator(AssistedCandidateGenerator):
         target_cache = model_kwargs.get(CACHE)
         self.target_cache = target_cache if isinstance(target_cache, VerifierCache) else None
         # A guided policy chooses from the target's attention at each verification (`guide.py`).
-        self.guide = TargetGuide(target) if self.rift_config.policy_object.guided else None
+        self.guide = TargetGuide(target) if self.rift_config.is_guided else None
         if self.guide is not None and target is None:
             raise ValueError(f"Policy {self.rift_config.policy!r} reads the target's attention; pass target=.")
 

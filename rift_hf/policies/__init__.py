@@ -21,12 +21,14 @@ from .base import (
     Policy,
     RetrievalPolicy,
     StorePolicy,
+    is_resolver,
     label_fields,
     policy_class,
     policy_fields,
     policy_names,
     policy_settings,
     register,
+    register_resolver,
 )
 from .schedules import Adaptive, Every, Once, Schedule, Signals, calibrate_thresholds, schedule_for
 from .scorers import block_scores, carry_forward, snapkv_scores
@@ -50,6 +52,8 @@ __all__ = [
     "policy_names",
     "policy_settings",
     "register",
+    "register_resolver",
+    "is_resolver",
     "schedule_for",
     "select_blocks",
     "select_tokens",

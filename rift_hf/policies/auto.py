@@ -1,4 +1,4 @@
-"""auto (the default): a policy chosen by prompt length, once the cache sees the prompt.
+"""auto (the default): not a policy but the rule that names one by prompt length, once the cache sees the prompt.
 
 Below `LONG_PROMPT` tokens it is page-round; from there on rift-dyn with scores carried 128 tokens forward and an int4
 store. Measured by exact replay on our pair (qwen-coder, 16 prompts at 4x, repeat / continue; docs/results/scoring.md
@@ -11,23 +11,41 @@ carrying scores forward holds it. In real runs (8 prompts, bf16, this CPU, the c
 int4 store ran 1.82x the target alone at ~16K (page-round 1.73x) and 1.60x at ~32K (page-round 1.45x):
 docs/results/long-inputs.md, "The default by prompt length".
 
-The choice is a `RiftConfig` with the chosen policy's own fields (`RiftConfig.fitted`); `auto` itself reads only the
-fields both read, so a field one of them alone reads is refused here: name that policy to set it.
+`RiftConfig.fitted(prompt_length)` makes the choice: a config of the chosen policy, with that policy's own defaults.
+Before that a config naming `auto` has no policy object (`RiftConfig.policy_object` says to fit it first); what is known
+of it is what both choices share, as class attributes here (`RiftConfig.policy_type`): both score, keep a store (so a
+cache built before the prompt gets store layers) and keep it in int4; it may set only the fields both read (`params`),
+and it is valid only if it is valid for each choice (`check`).
 """
 
 from __future__ import annotations
 
-from .base import StorePolicy, register
+import dataclasses
+from typing import ClassVar
+
+from .base import StorePolicy, register_resolver
 
 # Prompts of at least this many tokens get rift-dyn: between ~16K, where the two tie, and ~32K, where page-round loses.
 LONG_PROMPT = 16384
 
 
-@register
-class Auto(StorePolicy):
-    name = "auto"
-    params = frozenset({"window"})
-    store_dtype = "int4"
+@register_resolver
+class Auto:
+    """Picks page-round or rift-dyn by prompt length (`choice`); what both share is known before (the attributes)."""
+
+    name: ClassVar[str] = "auto"
+    mode: ClassVar[type] = StorePolicy  # the base both choices have, which decides a cache's layer class
+    compresses: ClassVar[bool] = True
+    scored: ClassVar[bool] = True
+    keeps_store: ClassVar[bool] = True
+    retrieves: ClassVar[bool] = False
+    store_dtype: ClassVar[str] = "int4"  # what `store_dtype="auto"` becomes: both keep an int4 store
+    params: ClassVar[frozenset[str]] = frozenset({"window"})  # the only policy field both read
+    # What a config naming `auto` holds in the fields a chosen policy fills (saved configs hold these); `fitted`
+    # replaces them with the choice's own.
+    block_size: ClassVar[int] = 16
+    pages_ahead: ClassVar[int] = 0
+    rechoose_after: ClassVar[int] = 0
 
     @staticmethod
     def choice(prompt_length: int) -> dict:
@@ -36,26 +54,24 @@ class Auto(StorePolicy):
             return {"policy": "rift-dyn", "tokens_ahead": 128}
         return {"policy": "page-round"}
 
-    def check_budget(self, budget: int) -> None:
-        """A budget in tokens must suit both policies `auto` can resolve to (the prompt's length decides which)."""
-        import dataclasses
+    @classmethod
+    def choices(cls) -> dict[str, dict]:
+        """Each choice, keyed by the prompt lengths it is made for."""
+        return {f"< {LONG_PROMPT}": cls.choice(LONG_PROMPT - 1), f">= {LONG_PROMPT}": cls.choice(LONG_PROMPT)}
 
-        super().check_budget(budget)
-        for length in (LONG_PROMPT - 1, LONG_PROMPT):
-            chosen = self.choice(length)
+    @classmethod
+    def resolve(cls, config, prompt_length: int):
+        """`config` (naming `auto`) as the config of the policy chosen for `prompt_length` tokens."""
+        unset = {"block_size": None, "pages_ahead": None, "rechoose_after": None}  # the chosen policy's own
+        return dataclasses.replace(config, **unset, **cls.choice(prompt_length))
+
+    @classmethod
+    def check(cls, config) -> None:
+        """Raise unless `config` (naming `auto`) is valid for each choice, its budget included where it is in tokens."""
+        for lengths, chosen in cls.choices().items():
             try:
-                dataclasses.replace(self.config, block_size=None, pages_ahead=None, rechoose_after=None, **chosen)
+                cls.resolve(config, LONG_PROMPT if lengths.startswith(">=") else LONG_PROMPT - 1)
             except ValueError as err:
-                which = ">=" if length >= LONG_PROMPT else "<"
                 raise ValueError(
-                    f"policy='auto' resolves to {chosen['policy']!r} for prompts of {which} {LONG_PROMPT} tokens, and "
-                    f"there: {err}"
+                    f"policy='auto' resolves to {chosen['policy']!r} for prompts of {lengths} tokens, and there: {err}"
                 ) from None
-
-    def _unresolved(self, *_, **__):
-        raise RuntimeError(
-            "Policy 'auto' is resolved to page-round or rift-dyn once the prompt's length is known "
-            "(RiftConfig.fitted); a cache asked it to select before that."
-        )
-
-    score = select = select_pages = default_rho = _unresolved

@@ -18,7 +18,7 @@ from .schedules import Once, Schedule
 from .scorers import carry_forward, snapkv_scores
 from .selection import select_tokens
 
-_REGISTRY: dict[str, type[Policy]] = {}
+_REGISTRY: dict[str, type] = {}  # policies, and resolvers such as `auto` (`register_resolver`)
 
 
 def register(cls: type[Policy]) -> type[Policy]:
@@ -37,12 +37,31 @@ def register(cls: type[Policy]) -> type[Policy]:
     return cls
 
 
+def register_resolver(cls: type) -> type:
+    """Class decorator: make `cls` a name `RiftConfig(policy=...)` accepts that is not a policy but picks one once the
+    prompt's length is known (`cls.resolve(config, prompt_length)`, `auto`). It carries, as class attributes, what its
+    choices share (`mode`, the base class that decides a cache's layers; `scored`, `keeps_store`, `params` ...)."""
+    if issubclass(cls, Policy) or not callable(getattr(cls, "resolve", None)):
+        raise TypeError(f"{cls.__name__} is registered as a resolver: it must define `resolve` and not be a Policy.")
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"A policy named {cls.name!r} is already registered ({_REGISTRY[cls.name].__name__}).")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def is_resolver(name: str) -> bool:
+    """Whether `name` picks a policy by prompt length (`auto`) instead of being one."""
+    return not issubclass(policy_class(name), Policy)
+
+
 def policy_names() -> tuple[str, ...]:
-    """Names of every registered policy, in registration order."""
+    """Every name `RiftConfig(policy=...)` accepts: the registered policies and resolvers, in registration order."""
     return tuple(_REGISTRY)
 
 
 def policy_class(name: str) -> type[Policy]:
+    """The class `name` stands for: a registered `Policy`, or a resolver (`register_resolver`), whose class attributes
+    answer the same questions (mode, scored, keeps_store, params ...) for the policies it may pick."""
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -147,7 +166,8 @@ class Policy:
 
     def recent_tokens(self, budget: int) -> int:
         """Size of the rolling recent window for a resolved `budget`."""
-        return min(math.floor(self.config.effective_rho(budget) * budget), budget - self.config.n_sink)
+        rho = self.default_rho(budget) if self.config.rho is None else self.config.rho
+        return min(math.floor(rho * budget), budget - self.config.n_sink)
 
     def check_budget(self, budget: int) -> None:
         """Raise if `budget` tokens cannot hold what the policy always keeps."""
