@@ -232,9 +232,10 @@ def run_compiled(model, prefill, length, policy, budget, args, device) -> dict:
     }
 
 
-def stacks_layers(policy: str, budget: int, args) -> bool:
-    """Whether the policy's refresh chooses for every layer in one call (`Policy.select_layers`): `refresh` times it."""
-    chosen = rift_hf.RiftConfig.coerce(policy_config(policy, budget, args)).policy_object
+def stacks_layers(policy: str, budget: int, length: int, args) -> bool:
+    """Whether the policy's refresh (for a `length`-token prompt: `auto` chooses by it) chooses for every layer in one
+    call (`Policy.select_layers`): `refresh` times it."""
+    chosen = rift_hf.RiftConfig.coerce(policy_config(policy, budget, args)).fitted(length).policy_object
     return type(chosen).select_layers is not rift_hf.Policy.select_layers
 
 
@@ -722,7 +723,7 @@ def main(argv=None) -> None:
             for p in (split_labels(args.compiled_policies) if mode == "compiled" else policies)
             for b in args.budgets
             if length in plain_lengths and b < length and (mode, p, length, b, None) not in done
-            and (mode != "refresh" or stacks_layers(p, b, args))
+            and (mode != "refresh" or stacks_layers(p, b, length, args))
         ]  # fmt: skip
         if not todo_full and not todo:
             continue
