@@ -59,7 +59,7 @@ def policy_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def policy_class(name: str) -> type[Policy]:
+def policy_class(name: str) -> type:
     """The class `name` stands for: a registered `Policy`, or a resolver (`register_resolver`), whose class attributes
     answer the same questions (mode, scored, keeps_store, params ...) for the policies it may pick."""
     try:
