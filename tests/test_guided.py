@@ -132,3 +132,33 @@ def test_a_target_left_on_the_guided_backend_is_put_back_on_its_own(pair):
     stale.start()
     stale.stop()
     assert target.config._attn_implementation == own and not guide_module._CAPTURING
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_the_guided_twin_computes_the_targets_logits_bit_for_bit_in_bf16(attn):
+    """The twin backend runs the target's own attention and mask: a bf16 verification forward over a cache gives the
+    same logits to the last bit with and without the capture (in bf16 a guided call can only differ from the target
+    alone where its verifications have other lengths, as any assisted call's can)."""
+    from rift_hf.generation.guide import TargetGuide
+    from tiny import tiny_model
+
+    target = tiny_model("llama", seed=1, dtype=torch.bfloat16, attn=attn).eval()
+    ids = make_prompt(PROMPT + 6, seed=4)
+
+    def verify():
+        with torch.no_grad():
+            past = target(ids[:, :PROMPT], use_cache=True).past_key_values
+            return target(ids[:, PROMPT:], past_key_values=past, use_cache=True).logits
+
+    own = verify()
+    guide = TargetGuide(target)
+    guide.start()
+    try:
+        with torch.no_grad():
+            past = target(ids[:, :PROMPT], use_cache=True).past_key_values
+            guided = target(ids[:, PROMPT:], past_key_values=past, use_cache=True).logits
+        assert guide.captured  # the twin ran and captured
+    finally:
+        weights = guide.finish(5, 5)
+    assert torch.equal(guided, own)
+    assert weights is not None and target.config._attn_implementation == attn
