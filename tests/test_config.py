@@ -257,12 +257,12 @@ def test_auto_is_a_resolver_not_a_policy():
     assert is_resolver("auto") and not issubclass(Auto, Policy) and not is_resolver("page-round")
     with pytest.raises(ValueError, match=r"fitted\(prompt_length\)\.policy_object"):
         _ = RiftConfig().policy_object
-    for lengths, chosen in Auto.choices().items():
+    for length, chosen in Auto.choices().items():
         kind = policy_class(chosen["policy"])
-        assert issubclass(kind, Auto.mode), lengths
+        assert issubclass(kind, Auto.mode), length
         for trait in ("compresses", "scored", "keeps_store", "retrieves"):
-            assert getattr(Auto, trait) == getattr(kind, trait), (lengths, trait)
-        assert not RiftConfig().fitted(LONG_PROMPT - 1 if lengths.startswith("<") else LONG_PROMPT).is_guided
+            assert getattr(Auto, trait) == getattr(kind, trait), (length, trait)
+        assert not RiftConfig().fitted(length).is_guided
         assert Auto.params <= kind.params and kind.store_dtype in (None, Auto.store_dtype)
     assert RiftConfig().fitted(LONG_PROMPT).policy_object.name == "rift-dyn" and not RiftConfig().is_guided
     assert RiftConfig(policy="page-round", guide="target").is_guided and not RiftConfig(policy="page-round").is_guided

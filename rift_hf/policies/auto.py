@@ -55,9 +55,9 @@ class Auto:
         return {"policy": "page-round"}
 
     @classmethod
-    def choices(cls) -> dict[str, dict]:
-        """Each choice, keyed by the prompt lengths it is made for."""
-        return {f"< {LONG_PROMPT}": cls.choice(LONG_PROMPT - 1), f">= {LONG_PROMPT}": cls.choice(LONG_PROMPT)}
+    def choices(cls) -> dict[int, dict]:
+        """Each choice, keyed by a prompt length it is made for (the longest below `LONG_PROMPT`, and `LONG_PROMPT`)."""
+        return {length: cls.choice(length) for length in (LONG_PROMPT - 1, LONG_PROMPT)}
 
     @classmethod
     def resolve(cls, config, prompt_length: int):
@@ -68,10 +68,11 @@ class Auto:
     @classmethod
     def check(cls, config) -> None:
         """Raise unless `config` (naming `auto`) is valid for each choice, its budget included where it is in tokens."""
-        for lengths, chosen in cls.choices().items():
+        for length, chosen in cls.choices().items():
             try:
-                cls.resolve(config, LONG_PROMPT if lengths.startswith(">=") else LONG_PROMPT - 1)
+                cls.resolve(config, length)
             except ValueError as err:
+                which = f"{'>=' if length >= LONG_PROMPT else '<'} {LONG_PROMPT}"
                 raise ValueError(
-                    f"policy='auto' resolves to {chosen['policy']!r} for prompts of {lengths} tokens, and there: {err}"
+                    f"policy='auto' resolves to {chosen['policy']!r} for prompts of {which} tokens, and there: {err}"
                 ) from None
